@@ -1,0 +1,175 @@
+/**
+ * A small SQL connection abstraction over node-postgres (a pool) and PGlite (one in-process
+ * connection), so the SQL event store and the projections run unchanged on both (DESIGN.md §2).
+ */
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+
+export type Row = Record<string, unknown>;
+
+export interface Sql {
+  readonly kind: 'postgres' | 'pglite';
+  /** Runs one parameterised statement ($1, $2 …) and returns its rows. */
+  query<R extends Row = Row>(text: string, params?: readonly unknown[]): Promise<R[]>;
+  /** Runs a script of several statements without parameters (migrations). */
+  exec(text: string): Promise<void>;
+  /**
+   * Runs `fn` in one transaction: committed when it resolves, rolled back when it throws (the error
+   * is rethrown). Inside a transaction, `transaction` reuses the same one.
+   */
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` on one dedicated connection held for its whole duration (session-level advisory
+   * locks, LISTEN). On PGlite that is the only connection.
+   */
+  withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T>;
+  /**
+   * Listens for NOTIFY on `channel`; returns a function that stops listening.
+   * On postgres this holds one pool connection while listening.
+   */
+  listen(channel: string, onNotify: () => void): Promise<() => Promise<void>>;
+  close(): Promise<void>;
+}
+
+type Queryable = { query: (text: string, params?: unknown[]) => Promise<{ rows: unknown[] }> };
+
+class PgClientSql implements Sql {
+  readonly kind = 'postgres' as const;
+  constructor(
+    private readonly client: pg.PoolClient,
+    private readonly inTransaction: boolean,
+  ) {}
+  async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+    const result = await (this.client as unknown as Queryable).query(text, [...params]);
+    return result.rows as R[];
+  }
+  async exec(text: string): Promise<void> {
+    await this.client.query(text);
+  }
+  async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    if (this.inTransaction) return fn(this);
+    await this.client.query('BEGIN');
+    try {
+      const result = await fn(new PgClientSql(this.client, true));
+      await this.client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await this.client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    }
+  }
+  withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    return fn(this);
+  }
+  async listen(): Promise<() => Promise<void>> {
+    throw new Error('listen needs the pool, not a single client');
+  }
+  async close(): Promise<void> {}
+}
+
+/** node-postgres pool. `searchPath` isolates a schema (used by tests). */
+export class PostgresSql implements Sql {
+  readonly kind = 'postgres' as const;
+  readonly pool: pg.Pool;
+  constructor(connectionString: string, options: { searchPath?: string; max?: number } = {}) {
+    this.pool = new pg.Pool({
+      connectionString,
+      max: options.max ?? 10,
+      ...(options.searchPath ? { options: `-c search_path=${options.searchPath}` } : {}),
+    });
+    // An idle client losing its server must not crash the process; the next query reconnects.
+    this.pool.on('error', () => undefined);
+  }
+  async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+    const result = await this.pool.query(text, [...params]);
+    return result.rows as R[];
+  }
+  async exec(text: string): Promise<void> {
+    await this.pool.query(text);
+  }
+  async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    return this.withConnection((conn) => conn.transaction(fn));
+  }
+  async withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    try {
+      return await fn(new PgClientSql(client, false));
+    } finally {
+      client.release();
+    }
+  }
+  async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
+    const client = await this.pool.connect();
+    const handler = (message: pg.Notification) => {
+      if (message.channel === channel) onNotify();
+    };
+    client.on('notification', handler);
+    client.on('error', () => undefined);
+    await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    return async () => {
+      client.off('notification', handler);
+      await client.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
+      client.release();
+    };
+  }
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}
+
+type PgliteTx = Parameters<Parameters<PGlite['transaction']>[0]>[0];
+
+class PgliteTxSql implements Sql {
+  readonly kind = 'pglite' as const;
+  constructor(private readonly tx: PgliteTx) {}
+  async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+    const result = await this.tx.query<R>(text, [...params]);
+    return result.rows;
+  }
+  async exec(text: string): Promise<void> {
+    await this.tx.exec(text);
+  }
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    return fn(this);
+  }
+  withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    return fn(this);
+  }
+  async listen(): Promise<() => Promise<void>> {
+    throw new Error('listen is not available inside a transaction');
+  }
+  async close(): Promise<void> {}
+}
+
+/**
+ * PGlite: Postgres compiled to WASM, in-process, one connection. PGlite serialises queries and
+ * transactions itself; `dataDir` undefined = in memory.
+ */
+export class PgliteSql implements Sql {
+  readonly kind = 'pglite' as const;
+  private constructor(readonly db: PGlite) {}
+  static async open(dataDir?: string): Promise<PgliteSql> {
+    const db = dataDir ? new PGlite(dataDir) : new PGlite();
+    await db.waitReady;
+    return new PgliteSql(db);
+  }
+  async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+    const result = await this.db.query<R>(text, [...params]);
+    return result.rows;
+  }
+  async exec(text: string): Promise<void> {
+    await this.db.exec(text);
+  }
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    return this.db.transaction((tx) => fn(new PgliteTxSql(tx)));
+  }
+  withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    return fn(this);
+  }
+  async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
+    return this.db.listen(channel, () => onNotify());
+  }
+  async close(): Promise<void> {
+    if (!this.db.closed) await this.db.close();
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * The event store port (DESIGN.md §2): append to a stream with an expected stream state, read a
+ * stream, read `$all` from a position, subscribe to `$all` from a position. Three adapters
+ * implement it (postgres, pglite, kurrentdb) and one contract suite (test/eventstore) checks them.
+ */
+
+/**
+ * A position in `$all`. Opaque and comparable: compare with {@link comparePositions}, never do
+ * arithmetic on it. On the SQL adapters `commit` is the appending transaction's xid8 and `prepare`
+ * the global sequence number; on KurrentDB they are the transaction-file commit/prepare positions.
+ */
+export interface Position {
+  readonly commit: bigint;
+  readonly prepare: bigint;
+}
+
+/** Orders two positions: negative when `a` comes before `b`, 0 when equal, positive after. */
+export const comparePositions = (a: Position, b: Position): number => {
+  if (a.commit !== b.commit) return a.commit < b.commit ? -1 : 1;
+  if (a.prepare !== b.prepare) return a.prepare < b.prepare ? -1 : 1;
+  return 0;
+};
+
+/** Serialises a position for checkpoints and CLI flags as `<commit>/<prepare>`. */
+export const positionToString = (p: Position): string => `${p.commit}/${p.prepare}`;
+
+/**
+ * Parses the output of {@link positionToString}.
+ * @throws {Error} when the text is not two non-negative integers separated by `/`.
+ */
+export const parsePosition = (text: string): Position => {
+  const match = /^(\d+)\/(\d+)$/.exec(text.trim());
+  if (!match) throw new Error(`not an event store position: ${JSON.stringify(text)}`);
+  return { commit: BigInt(match[1]!), prepare: BigInt(match[2]!) };
+};
+
+/**
+ * The state a stream must be in for an append to succeed:
+ * `no_stream` (must not exist), `exists` (must exist), `any` (no check) or the revision of the
+ * stream's last event (a bigint; the first event of a stream has revision 0n).
+ */
+export type ExpectedState = 'no_stream' | 'exists' | 'any' | bigint;
+
+/** Who caused an event: an API client (by client_id), a session (by session id), or an operator. */
+export interface Actor {
+  readonly type: 'client' | 'session' | 'system';
+  readonly id: string;
+}
+
+/** Metadata recorded with every event (DESIGN.md §2). */
+export interface EventMetadata {
+  /** The data tenant the event belongs to; null only for events outside any tenant. */
+  readonly tenantId: number | null;
+  readonly actor: Actor;
+  /** Groups every event caused by one request or command chain. */
+  readonly correlationId: string;
+  /** The id of the event or request that directly caused this one; null for a first cause. */
+  readonly causationId: string | null;
+  /** The HTTP request id, when the event was caused by one. */
+  readonly requestId: string | null;
+  /** ISO-8601 UTC time at which the command was decided (the command's `now`). */
+  readonly recordedAt: string;
+}
+
+/** An event to append. `id` is a UUID; appending the same id again is idempotent. */
+export interface NewEvent<Type extends string = string, Data = unknown> {
+  readonly id: string;
+  readonly type: Type;
+  readonly data: Data;
+  readonly metadata: EventMetadata;
+}
+
+/** An event as stored. `revision` is its 0-based index in its stream. */
+export interface RecordedEvent<Type extends string = string, Data = unknown> extends NewEvent<Type, Data> {
+  readonly streamName: string;
+  readonly revision: bigint;
+  readonly position: Position;
+}
+
+/** One stream's part of an append. */
+export interface AppendRequest {
+  readonly streamName: string;
+  readonly events: readonly NewEvent[];
+  readonly expectedState: ExpectedState;
+}
+
+/** Result of appending to one stream: the revision of its last event and the `$all` position. */
+export interface AppendResult {
+  readonly nextRevision: bigint;
+  readonly position: Position;
+}
+
+/** Result of an atomic multi-stream append. `position` is that of the last event written. */
+export interface AppendManyResult {
+  readonly position: Position;
+  readonly streams: readonly { readonly streamName: string; readonly nextRevision: bigint }[];
+}
+
+/** Thrown when a stream is not in the expected state; nothing was written. */
+export class WrongExpectedVersion extends Error {
+  override readonly name = 'WrongExpectedVersion';
+  constructor(
+    readonly streamName: string,
+    readonly expected: ExpectedState,
+    /** The stream's actual last revision, or 'no_stream'; undefined when the engine does not say. */
+    readonly actual: bigint | 'no_stream' | undefined,
+  ) {
+    super(`stream ${streamName}: expected ${String(expected)}, actual ${String(actual ?? 'unknown')}`);
+  }
+}
+
+/**
+ * Thrown when an event id is already stored but the append is not a replay of the same events
+ * on the same stream (a different stream, or only some of the ids); nothing was written.
+ */
+export class EventIdConflict extends Error {
+  override readonly name = 'EventIdConflict';
+  constructor(readonly eventId: string) {
+    super(`event id ${eventId} is already stored elsewhere`);
+  }
+}
+
+export interface ReadStreamOptions {
+  /** First revision to return (inclusive); default 0n. */
+  readonly fromRevision?: bigint;
+  /** Upper bound on the number of events returned. */
+  readonly maxCount?: number;
+}
+
+export interface ReadAllOptions {
+  /** Return events strictly after this position; default: from the start of the log. */
+  readonly from?: Position;
+  /** Upper bound on the number of events returned; default 1000. */
+  readonly maxCount?: number;
+}
+
+export interface SubscribeOptions {
+  /** Deliver events strictly after this position; default: from the start of the log. */
+  readonly from?: Position;
+  /** Ends the subscription: the iterator returns. */
+  readonly signal?: AbortSignal;
+}
+
+/** The event store port. Implementations: postgres, pglite, kurrentdb. */
+export interface EventStore {
+  readonly kind: 'postgres' | 'pglite' | 'kurrentdb';
+  /**
+   * Appends events to one stream when it is in `expectedState`.
+   * Appending events whose ids are all already stored, in order, on this stream is a no-op that
+   * returns the stored result.
+   * @throws {WrongExpectedVersion} the stream is not in the expected state; nothing written.
+   * @throws {EventIdConflict} an id is stored elsewhere; nothing written.
+   */
+  append(streamName: string, events: readonly NewEvent[], expectedState: ExpectedState): Promise<AppendResult>;
+  /**
+   * Appends to several streams atomically: all streams are written or none (one DB transaction on
+   * the SQL adapters; KurrentDB's multi-stream append). Same errors as {@link append}.
+   */
+  appendMany(requests: readonly AppendRequest[]): Promise<AppendManyResult>;
+  /** Reads a stream forwards; an absent stream reads as []. */
+  readStream(streamName: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /** Reads `$all` forwards, in position order, excluding engine-internal events. */
+  readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
+  /**
+   * Subscribes to `$all`: yields every event after `from`, in position order, then later appends
+   * as they become visible, until `signal` aborts. Never skips an event that commits late.
+   */
+  subscribeToAll(options?: SubscribeOptions): AsyncIterable<RecordedEvent>;
+  /** Position of the last visible event in `$all`, or undefined for an empty log. */
+  headPosition(): Promise<Position | undefined>;
+  /** Releases connections. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,63 @@
+/**
+ * The databases every integration test runs on: in-memory PGlite and a real PostgreSQL server
+ * (TEST_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test). Each `open()` gets an
+ * isolated database: a fresh PGlite instance, or a fresh schema on the server (dropped on dispose).
+ */
+import { randomBytes } from 'node:crypto';
+import { PgliteSql, PostgresSql, type Sql } from '../../src/db/sql.js';
+
+export const POSTGRES_TEST_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+export interface OpenedDatabase {
+  readonly sql: Sql;
+  /** Opens another connection to the same database (a second process would). */
+  readonly reopen: () => Promise<Sql>;
+  readonly dispose: () => Promise<void>;
+}
+
+export interface TestDatabase {
+  readonly name: 'pglite' | 'postgres';
+  open(): Promise<OpenedDatabase>;
+}
+
+const pglite: TestDatabase = {
+  name: 'pglite',
+  async open() {
+    const sql = await PgliteSql.open();
+    return {
+      sql,
+      reopen: async () => sql,
+      dispose: () => sql.close(),
+    };
+  },
+};
+
+const postgres: TestDatabase = {
+  name: 'postgres',
+  async open() {
+    const schema = `t_${randomBytes(6).toString('hex')}`;
+    const admin = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+    await admin.exec(`CREATE SCHEMA ${schema}`);
+    await admin.close();
+    const opened: Sql[] = [];
+    const reopen = async () => {
+      const sql = new PostgresSql(POSTGRES_TEST_URL, { searchPath: schema });
+      opened.push(sql);
+      return sql;
+    };
+    const sql = await reopen();
+    return {
+      sql,
+      reopen,
+      dispose: async () => {
+        for (const s of opened) await s.close().catch(() => undefined);
+        const cleanup = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+        await cleanup.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await cleanup.close();
+      },
+    };
+  },
+};
+
+/** Both SQL databases; tests loop over this list so every behaviour is asserted on each. */
+export const testDatabases: readonly TestDatabase[] = [pglite, postgres];
