@@ -1,0 +1,136 @@
+/**
+ * The composition root: opens the read-model database, the event store and the projection runner
+ * from the configuration (DESIGN.md §2), and hands out command contexts.
+ */
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { v4 as uuidv4 } from 'uuid';
+import pino, { type Logger } from 'pino';
+import type { Config } from './config.js';
+import { type CommandContext, migrateSequences } from './commands/context.js';
+import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
+import { openEventStore } from './eventstore/index.js';
+import type { Actor, EventStore } from './eventstore/port.js';
+import { allProjections } from './projections/index.js';
+import { ProjectionRunner } from './projections/runner.js';
+
+export interface Casebook {
+  readonly config: Config;
+  readonly sql: Sql;
+  readonly store: EventStore;
+  readonly runner: ProjectionRunner;
+  readonly logger: Logger;
+  /** The clock every command reads its `now` from (tests move it). */
+  readonly clock: () => Date;
+  /** A command context for a cause (tenant, actor, request). */
+  context(cause: { tenantId: number | null; actor: Actor; requestId?: string | null; correlationId?: string }): CommandContext;
+  close(): Promise<void>;
+}
+
+export interface OpenOptions {
+  /** Use this database instead of the configured one (tests); it is closed with the Casebook. */
+  readonly sql?: Sql;
+  readonly clock?: () => Date;
+  readonly logger?: Logger;
+  /** Start the projection runner in this process (default true). */
+  readonly project?: boolean;
+}
+
+const processAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
+/**
+ * Takes `<dataDir>/casebook.pid`: PGlite is one in-process connection, so two processes must never
+ * open the same data directory. A lock left by a dead process is taken over.
+ * @throws {Error} when a live process holds the directory.
+ */
+const lockDataDir = (dataDir: string): (() => void) => {
+  const file = join(dataDir, 'casebook.pid');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(file, 'wx');
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      return () => rmSync(file, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const holder = Number(readFileSync(file, 'utf8').trim());
+      if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && processAlive(holder))
+        throw new Error(
+          `the embedded database in ${dataDir} is in use by process ${holder}: stop it first, or use a Postgres server (DATABASE_URL)`,
+        );
+      rmSync(file, { force: true });
+    }
+  }
+  throw new Error(`cannot lock ${dataDir}`);
+};
+
+/**
+ * Opens the read-model database named by the configuration: Postgres when DATABASE_URL is set,
+ * else PGlite in DATA_DIR (locked to this process) or in memory for `memory://`.
+ * @throws {Error} when the embedded data directory is held by another live process.
+ */
+export const openDatabase = async (config: Config): Promise<Sql> => {
+  if (config.databaseUrl) return new PostgresSql(config.databaseUrl);
+  if (config.dataDir === 'memory://') return PgliteSql.open();
+  mkdirSync(config.dataDir, { recursive: true });
+  const unlock = lockDataDir(config.dataDir);
+  try {
+    const sql = await PgliteSql.open(config.dataDir);
+    const close = sql.close.bind(sql);
+    sql.close = async () => {
+      await close();
+      unlock();
+    };
+    return sql;
+  } catch (error) {
+    unlock();
+    throw error;
+  }
+};
+
+/**
+ * Opens casebook: database, event store, migrations, projection runner (started unless
+ * `project: false`).
+ * @throws {Error} when a database or KurrentDB cannot be reached.
+ */
+export const openCasebook = async (config: Config, options: OpenOptions = {}): Promise<Casebook> => {
+  const logger = options.logger ?? pino({ level: config.logLevel });
+  const sql = options.sql ?? (await openDatabase(config));
+  const store = await openEventStore({ sql, ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}) });
+  await migrateSequences(sql);
+  const runner = new ProjectionRunner(store, sql, allProjections, logger);
+  await runner.migrate();
+  if (options.project !== false) runner.start();
+  const clock = options.clock ?? (() => new Date());
+  return {
+    config,
+    sql,
+    store,
+    runner,
+    logger,
+    clock,
+    context: (cause) => ({
+      store,
+      sql,
+      tenantId: cause.tenantId,
+      actor: cause.actor,
+      correlationId: cause.correlationId ?? cause.requestId ?? uuidv4(),
+      causationId: cause.requestId ?? null,
+      requestId: cause.requestId ?? null,
+      now: clock(),
+      waitForProjections: (position) => runner.waitFor(position),
+    }),
+    close: async () => {
+      await runner.stop();
+      await store.close();
+      await sql.close();
+    },
+  };
+};

@@ -1,0 +1,230 @@
+/**
+ * `casebook` — the command line (DESIGN.md §3 cli/): serve, project, replay, tenants, clients,
+ * seed, events. Commands that print data print JSON.
+ */
+import { once } from 'node:events';
+import type { Server } from 'node:http';
+import { Command, Option } from 'commander';
+import cliProgress from 'cli-progress';
+import { type Casebook, openCasebook } from '../casebook.js';
+import { loadConfig } from '../config.js';
+import { applySeed, bootstrapDemo, readSeed } from '../commands/seed.js';
+import { generateSecret } from '../commands/secrets.js';
+import { createTenant, registerClient } from '../commands/tenants.js';
+import { DomainError } from '../domain/decider.js';
+import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
+import { createHttpApp } from '../http/app.js';
+
+const print = (value: unknown) => console.log(JSON.stringify(value, null, 2));
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+/** Runs `fn` with casebook open and closes it after, turning refusals into one-line errors. */
+const withCasebook = async (fn: (casebook: Casebook) => Promise<void>, options: { project?: boolean } = {}) => {
+  const casebook = await openCasebook(loadConfig(), { project: options.project ?? true });
+  try {
+    await fn(casebook);
+  } finally {
+    await casebook.close();
+  }
+};
+
+const cliContext = (casebook: Casebook, tenantId: number | null) =>
+  casebook.context({ tenantId, actor: { type: 'system', id: `cli:${process.env.USER ?? 'operator'}` } });
+
+const eventJson = (e: RecordedEvent) => ({
+  id: e.id,
+  stream: e.streamName,
+  revision: Number(e.revision),
+  position: positionToString(e.position),
+  type: e.type,
+  data: e.data,
+  metadata: e.metadata,
+});
+
+export const program = new Command('casebook')
+  .description('casebook: event-sourced backend for clinical structured reporting')
+  .showHelpAfterError();
+
+program
+  .command('serve')
+  .description('run the HTTP hosts (auth, app, FHIR, launch) and, unless --no-project, the projection runner')
+  .option('--no-project', 'do not run the projection runner in this process')
+  .action(async (options: { project: boolean }) => {
+    const config = loadConfig();
+    const casebook = await openCasebook(config, { project: options.project });
+    if (config.seedFile) {
+      const report = await applySeed(casebook, readSeed(config.seedFile));
+      casebook.logger.info({ tenants: report.tenants.length, clients: report.clients.length }, 'seed applied');
+    } else {
+      const demo = await bootstrapDemo(casebook);
+      if (demo) {
+        console.log('\nEmpty event store: created the demo tenant "Demo Hospital" and its API client.');
+        console.log('Client credentials (shown once; copy them now):\n');
+        console.log(`  export CASEBOOK_CLIENT_ID=${demo.clientId}`);
+        console.log(`  export CASEBOOK_CLIENT_SECRET=${demo.clientSecret}\n`);
+      }
+    }
+    const server: Server = createHttpApp(casebook).listen(config.port, config.host);
+    await once(server, 'listening');
+    casebook.logger.info(
+      { port: config.port, store: casebook.store.kind, auth: config.authUrl, fhir: config.fhirUrl, app: config.appUrl },
+      'casebook listening',
+    );
+    const shutdown = async () => {
+      server.close();
+      server.closeAllConnections();
+      await casebook.close();
+      process.exit(0);
+    };
+    process.once('SIGINT', shutdown);
+    process.once('SIGTERM', shutdown);
+  });
+
+program
+  .command('project')
+  .description('run only the projection runner (one active instance per database; others stand by)')
+  .action(async () => {
+    const casebook = await openCasebook(loadConfig(), { project: true });
+    const shutdown = async () => {
+      await casebook.close();
+      process.exit(0);
+    };
+    process.once('SIGINT', shutdown);
+    process.once('SIGTERM', shutdown);
+  });
+
+program
+  .command('replay')
+  .description('drop every read model and rebuild it from the event log')
+  .action(() =>
+    withCasebook(
+      async (casebook) => {
+        const bar = new cliProgress.SingleBar(
+          { format: 'replay [{bar}] {value} events | {eta_formatted} left', etaBuffer: 50 },
+          cliProgress.Presets.shades_classic,
+        );
+        const total = await countEvents(casebook);
+        bar.start(total ?? 0, 0);
+        const applied = await casebook.runner.rebuild((n) => {
+          if (total === undefined || n > total) bar.setTotal(n);
+          bar.update(n);
+        });
+        bar.stop();
+        print({ replayed: applied, position: casebook.runner.progress.value ? positionToString(casebook.runner.progress.value) : null });
+      },
+      { project: false },
+    ),
+  );
+
+/** Events in the log, when the store can count them cheaply (the SQL stores). */
+const countEvents = async (casebook: Casebook): Promise<number | undefined> => {
+  if (casebook.store.kind === 'kurrentdb') return undefined;
+  const rows = await casebook.sql.query<{ n: string }>(`SELECT count(*)::text AS n FROM es_events`);
+  return Number(rows[0]?.n ?? 0);
+};
+
+const tenants = program.command('tenants').description('data tenants');
+tenants
+  .command('create')
+  .description('create a data tenant')
+  .requiredOption('--name <name>', 'tenant name (unique)')
+  .option('--ehr-managed', 'an EHR-managed tenant (spec §5.3 rule 2)', false)
+  .option('--allowed-scopes <scopes>', 'space-separated scopes sessions may get', 'patient/*.* user/*.*')
+  .option('--redirect-origin <origin>', 'an origin redirects may go to (repeatable)', collect, [])
+  .action((o: { name: string; ehrManaged: boolean; allowedScopes: string; redirectOrigin: string[] }) =>
+    withCasebook(async (casebook) => {
+      const { tenantId } = await createTenant(cliContext(casebook, null), {
+        name: o.name,
+        ehrManaged: o.ehrManaged,
+        allowedScopes: o.allowedScopes.split(/\s+/).filter(Boolean),
+        redirectOrigins: o.redirectOrigin,
+      });
+      const rows = await casebook.sql.query(`SELECT id, name, ehr_managed, allowed_scopes, redirect_origins FROM rm_tenants WHERE id = $1`, [
+        tenantId,
+      ]);
+      print(rows[0]);
+    }),
+  );
+tenants
+  .command('list')
+  .description('list data tenants')
+  .action(() =>
+    withCasebook(async (casebook) => {
+      print(await casebook.sql.query(`SELECT id, name, ehr_managed, allowed_scopes, redirect_origins FROM rm_tenants ORDER BY id`));
+    }),
+  );
+
+const clients = program.command('clients').description('API clients');
+clients
+  .command('create')
+  .description('create an API client of a tenant; prints its secret once')
+  .requiredOption('--tenant <id>', 'data tenant id', (v) => Number.parseInt(v, 10))
+  .requiredOption('--client-id <id>', 'client_id')
+  .option('--secret <secret>', 'client_secret (at least 16 characters); generated when omitted')
+  .option('--scopes <scopes>', "the client's own scopes, space-separated", 'system/*.*')
+  .option('--project <project>', 'a service-account project (repeatable)', collect, [])
+  .action((o: { tenant: number; clientId: string; secret?: string; scopes: string; project: string[] }) =>
+    withCasebook(async (casebook) => {
+      const secret = o.secret ?? generateSecret();
+      await registerClient(cliContext(casebook, o.tenant), {
+        clientId: o.clientId,
+        tenantId: o.tenant,
+        secret,
+        scopes: o.scopes.split(/\s+/).filter(Boolean),
+        projects: o.project,
+      });
+      print({ client_id: o.clientId, client_secret: secret, tenant_id: o.tenant, scopes: o.scopes.split(/\s+/), projects: o.project });
+    }),
+  );
+clients
+  .command('list')
+  .description('list API clients (never their secrets)')
+  .action(() =>
+    withCasebook(async (casebook) => {
+      print(await casebook.sql.query(`SELECT client_id, tenant_id, scopes, projects, created_at FROM rm_api_clients ORDER BY client_id`));
+    }),
+  );
+
+program
+  .command('seed <file>')
+  .description('apply a seed file (DESIGN.md §5); idempotent')
+  .action((file: string) =>
+    withCasebook(async (casebook) => {
+      print(await applySeed(casebook, readSeed(file)));
+    }),
+  );
+
+program
+  .command('events')
+  .description('the event log')
+  .command('export')
+  .description('print events with their metadata as JSON lines')
+  .addOption(new Option('--stream <name>', 'one stream, e.g. session-1'))
+  .addOption(new Option('--from <position>', 'only $all events after this position (commit/prepare)'))
+  .addOption(new Option('--tenant <id>', 'only events of this tenant').argParser((v) => Number.parseInt(v, 10)))
+  .action((o: { stream?: string; from?: string; tenant?: number }) =>
+    withCasebook(
+      async (casebook) => {
+        const keep = (e: RecordedEvent) => o.tenant === undefined || e.metadata.tenantId === o.tenant;
+        if (o.stream) {
+          for (const e of await casebook.store.readStream(o.stream)) if (keep(e)) console.log(JSON.stringify(eventJson(e)));
+          return;
+        }
+        let from = o.from ? parsePosition(o.from) : undefined;
+        for (;;) {
+          const page = await casebook.store.readAll({ ...(from ? { from } : {}), maxCount: 1000 });
+          if (page.length === 0) break;
+          for (const e of page) if (keep(e)) console.log(JSON.stringify(eventJson(e)));
+          from = page.at(-1)!.position;
+        }
+      },
+      { project: false },
+    ),
+  );
+
+program.parseAsync(process.argv).catch((error: unknown) => {
+  if (error instanceof DomainError) console.error(`casebook: ${error.message}`);
+  else console.error(`casebook: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(1);
+});

@@ -1,0 +1,362 @@
+/**
+ * The session commands of the auth host (spec §2.1–2.3, §3.1, §4.1, §5).
+ */
+import type { Event } from '../domain/decider.js';
+import { DomainError } from '../domain/decider.js';
+import type { Identifier } from '../domain/clinical/identifier.js';
+import { type DeploymentMode, sessionDecider, sessionStream } from '../domain/session/session.js';
+import { tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
+import { type ExpectedState, WrongExpectedVersion } from '../eventstore/port.js';
+import { downscope, formatScope, parseScopeList, type ResourceScope, ScopeSyntaxError } from '../fhir/scopes.js';
+import {
+  type ContextResource,
+  type ContextResourceType,
+  findById,
+  findByIdentifier,
+  type PlannedRegistration,
+  planRegistration,
+} from './clinical.js';
+import { allocateId, type CommandContext } from './context.js';
+import { appendAtomically, handle, load, MAX_ATTEMPTS } from './handle.js';
+import { hashToken, randomToken } from './secrets.js';
+
+/** spec §2.2 role: `new` creates when missing; `find` and `launch` (role omitted) only look up. */
+export type ContextRole = 'new' | 'find' | 'launch';
+
+export interface ContextItem {
+  readonly identifier: Identifier;
+  readonly type: ContextResourceType;
+  readonly role: ContextRole;
+}
+
+/** A validated POST /sessions body (spec §2.1); the HTTP edge's zod schema produces it. */
+export interface CreateSessionInput {
+  readonly scope?: string | string[];
+  readonly patient?: number;
+  readonly encounter?: number;
+  readonly user?: number;
+  readonly fhirContext: readonly ContextItem[];
+  readonly deploymentMode: DeploymentMode;
+  readonly postSubmitRedirect?: string;
+  readonly postCancelRedirect?: string;
+}
+
+/** The authenticated API client (spec §5 rule 1). */
+export interface ClientPrincipal {
+  readonly clientId: string;
+  readonly tenantId: number;
+  readonly scopes: readonly string[];
+  readonly projects: readonly string[];
+}
+
+export interface TenantInfo {
+  readonly id: number;
+  readonly name: string;
+  readonly ehrManaged: boolean;
+  readonly allowedScopes: readonly string[];
+  readonly redirectOrigins: readonly string[];
+}
+
+/** Loads the tenant from its stream. @throws {DomainError} not_found. */
+export const loadTenant = async (ctx: CommandContext, tenantId: number): Promise<TenantInfo> => {
+  const { state } = await load(ctx, tenantStream(tenantId), tenantDecider);
+  if (state.status === 'none') throw new DomainError('not_found', 'TenantNotFound', `no tenant ${tenantId}`);
+  return {
+    id: state.tenantId,
+    name: state.name,
+    ehrManaged: state.ehrManaged,
+    allowedScopes: state.allowedScopes,
+    redirectOrigins: state.redirectOrigins,
+  };
+};
+
+/**
+ * Checks a redirect target against the allowed origins (DESIGN.md §4: no open redirect).
+ * @throws {DomainError} invalid (400) when it is not an absolute http(s) URL of an allowed origin.
+ */
+export const checkRedirect = (target: string, allowedOrigins: readonly string[], field: string): string => {
+  let url: URL;
+  try {
+    url = new URL(target);
+  } catch {
+    throw new DomainError('invalid', 'InvalidRedirect', `${field} must be an absolute URL`, field);
+  }
+  if ((url.protocol !== 'https:' && url.protocol !== 'http:') || !allowedOrigins.includes(url.origin))
+    throw new DomainError(
+      'invalid',
+      'RedirectNotAllowed',
+      `${field} must point at the application host or an origin allowed for this data tenant; ${url.origin} is not allowed`,
+      field,
+    );
+  return url.toString();
+};
+
+const notFoundInContext = (index: number, type: string) =>
+  new DomainError(
+    'not_found',
+    'ContextResourceNotFound',
+    `fhirContext[${index}]: no ${type} with this identifier in the data tenant (role find/launch never creates)`,
+    `fhirContext[${index}]`,
+  );
+
+const mismatch = (detail: string, field: string) => new DomainError('unprocessable', 'ContextMismatch', detail, field);
+
+interface ResolvedContext {
+  readonly patient: ContextResource | undefined;
+  readonly encounter: ContextResource | undefined;
+  readonly user: ContextResource;
+  readonly registrations: PlannedRegistration[];
+}
+
+/**
+ * Resolves patient, encounter and user (spec §2.1, §2.2): ids must exist in the tenant, fhirContext
+ * items are looked up by identifier; role `new` items that are missing are planned for creation,
+ * nothing is written here. `user` wins over a Practitioner item.
+ */
+const resolveContext = async (ctx: CommandContext, tenantId: number, input: CreateSessionInput): Promise<ResolvedContext> => {
+  const itemOf = (type: ContextResourceType) => {
+    const index = input.fhirContext.findIndex((i) => i.type === type);
+    return index < 0 ? undefined : { item: input.fhirContext[index]!, index };
+  };
+  type Pending = { resolved?: ContextResource; create?: { identifier: Identifier } };
+
+  const resolve = async (
+    type: ContextResourceType,
+    id: number | undefined,
+    idField: string,
+    missingId: () => DomainError,
+  ): Promise<Pending> => {
+    let byId: ContextResource | undefined;
+    if (id !== undefined) {
+      byId = await findById(ctx, type, tenantId, id);
+      if (!byId) throw missingId();
+    }
+    const entry = itemOf(type);
+    if (!entry) return byId ? { resolved: byId } : {};
+    const found = await findByIdentifier(ctx, type, tenantId, entry.item.identifier);
+    if (byId) {
+      if (!found || found.id !== byId.id)
+        throw mismatch(`${idField} and the ${type} fhirContext item identify different resources`, `fhirContext[${entry.index}]`);
+      return { resolved: byId };
+    }
+    if (found) return { resolved: found };
+    if (entry.item.role !== 'new') throw notFoundInContext(entry.index, type);
+    return { create: { identifier: entry.item.identifier } };
+  };
+
+  const patient = await resolve(
+    'Patient',
+    input.patient,
+    'patient',
+    () => new DomainError('not_found', 'PatientNotFound', `patient: no Patient/${input.patient} in the data tenant`, 'patient'),
+  );
+  const encounter = await resolve(
+    'Encounter',
+    input.encounter,
+    'encounter',
+    () => new DomainError('not_found', 'EncounterNotFound', `encounter: no Encounter/${input.encounter} in the data tenant`, 'encounter'),
+  );
+
+  // The encounter's subject is the session patient; a given patient must agree with it.
+  let patientResolved = patient.resolved;
+  const subject = encounter.resolved?.subjectPatientId;
+  if (subject !== undefined) {
+    if (patient.create || (patientResolved && patientResolved.id !== subject))
+      throw mismatch('the encounter belongs to another patient than the session patient', 'encounter');
+    patientResolved ??= await findById(ctx, 'Patient', tenantId, subject);
+  }
+
+  // spec §2.1 user: `user` wins over a Practitioner item, which is then ignored.
+  let user: Pending;
+  if (input.user !== undefined) {
+    const found = await findById(ctx, 'Practitioner', tenantId, input.user);
+    if (!found)
+      throw new DomainError('unprocessable', 'NoResolvableUser', `user: no Practitioner/${input.user} in the data tenant`, 'user');
+    user = { resolved: found };
+  } else {
+    const entry = itemOf('Practitioner');
+    if (!entry)
+      throw new DomainError(
+        'unprocessable',
+        'NoResolvableUser',
+        'a session needs a user: give user (a Practitioner id) or a fhirContext item of type Practitioner',
+        'user',
+      );
+    user = await resolve('Practitioner', undefined, 'user', () => new DomainError('unprocessable', 'NoResolvableUser', 'no user'));
+  }
+
+  const registrations: PlannedRegistration[] = [];
+  if (patient.create) {
+    const plan = await planRegistration(ctx, 'Patient', tenantId, patient.create.identifier);
+    registrations.push(plan);
+    patientResolved = plan.resource;
+  }
+  let encounterResolved = encounter.resolved;
+  if (encounter.create) {
+    if (!patientResolved)
+      throw new DomainError(
+        'unprocessable',
+        'EncounterNeedsPatient',
+        'a new Encounter needs the session patient: give patient or a Patient fhirContext item',
+        'fhirContext',
+      );
+    const plan = await planRegistration(ctx, 'Encounter', tenantId, encounter.create.identifier, patientResolved.id);
+    registrations.push(plan);
+    encounterResolved = plan.resource;
+  }
+  let userResolved = user.resolved;
+  if (user.create) {
+    const plan = await planRegistration(ctx, 'Practitioner', tenantId, user.create.identifier);
+    registrations.push(plan);
+    userResolved = plan.resource;
+  }
+  return { patient: patientResolved, encounter: encounterResolved, user: userResolved!, registrations };
+};
+
+const parseRequestedScopes = (scope: string | string[] | undefined, tenant: TenantInfo): ResourceScope[] => {
+  try {
+    if (scope === undefined) return parseScopeList([...tenant.allowedScopes]).scopes;
+    return parseScopeList(scope).scopes;
+  } catch (error) {
+    if (error instanceof ScopeSyntaxError) throw new DomainError('invalid', 'InvalidScope', `scope: ${error.message}`, 'scope');
+    throw error;
+  }
+};
+
+export interface CreatedSession {
+  readonly sessionId: number;
+  /** `<sessionId>.<256-bit random, base64url>`; only its hash is stored. */
+  readonly handoverToken: string;
+  readonly tenant: TenantInfo;
+  readonly userId: number;
+  readonly patientId: number | null;
+  readonly encounterId: number | null;
+  readonly scopes: string[];
+  readonly deploymentMode: DeploymentMode;
+  readonly postSubmitRedirect: string | null;
+  readonly expiresAt: string;
+  readonly createdAt: string;
+}
+
+/**
+ * POST /sessions (spec §2.1–2.3, §5.3): resolves the launch context, downscopes the requested
+ * scopes and appends `SessionCreated` — together with any Patient/Encounter/Practitioner created
+ * by role `new` — in one atomic append.
+ * @param globalOrigins origins every tenant may redirect to (the app host, ALLOWED_REDIRECT_ORIGINS).
+ * @throws {DomainError} invalid (400: scope, redirects), not_found (404: ids, fhirContext find),
+ *   unprocessable (422: no resolvable user, context mismatch).
+ */
+export const createSession = async (
+  ctx: CommandContext,
+  client: ClientPrincipal,
+  input: CreateSessionInput,
+  globalOrigins: readonly string[],
+): Promise<CreatedSession> => {
+  const tenant = await loadTenant(ctx, client.tenantId);
+  const origins = [...globalOrigins, ...tenant.redirectOrigins];
+  const postSubmitRedirect =
+    input.postSubmitRedirect === undefined ? null : checkRedirect(input.postSubmitRedirect, origins, 'post_submit_redirect');
+  const postCancelRedirect =
+    input.postCancelRedirect === undefined ? null : checkRedirect(input.postCancelRedirect, origins, 'post_cancel_redirect');
+  const requested = parseRequestedScopes(input.scope, tenant);
+  const tenantAllowed = parseScopeList([...tenant.allowedScopes]).scopes;
+
+  for (let attempt = 1; ; attempt++) {
+    const context = await resolveContext(ctx, tenant.id, input);
+    const scopes = downscope({
+      requested,
+      tenantAllowed,
+      ehrManaged: tenant.ehrManaged,
+      projects: [...client.projects],
+      hasPatientContext: context.patient !== undefined,
+    }).map(formatScope);
+    const sessionId = await allocateId(ctx.sql, 'session');
+    const handoverToken = `${sessionId}.${randomToken()}`;
+    const createdAt = ctx.now.toISOString();
+    const events = sessionDecider.decide(
+      {
+        type: 'CreateSession',
+        sessionId,
+        tenantId: tenant.id,
+        clientId: client.clientId,
+        userId: context.user.id,
+        patientId: context.patient?.id ?? null,
+        encounterId: context.encounter?.id ?? null,
+        scopes,
+        deploymentMode: input.deploymentMode,
+        postSubmitRedirect,
+        postCancelRedirect,
+        handoverTokenHash: hashToken(handoverToken),
+        createdAt,
+      },
+      sessionDecider.initialState,
+    );
+    const parts: { streamName: string; expectedState: ExpectedState; events: Event[] }[] = [
+      ...context.registrations.flatMap((r) => r.parts),
+      { streamName: sessionStream(sessionId), expectedState: 'no_stream', events },
+    ];
+    try {
+      await appendAtomically(ctx, parts);
+    } catch (error) {
+      // A concurrent request registered the same identifier first: resolve again and find it.
+      if (error instanceof WrongExpectedVersion && attempt < MAX_ATTEMPTS) continue;
+      throw error;
+    }
+    const first = events[0]!;
+    if (first.type !== 'SessionCreated') throw new Error('unreachable: CreateSession decides SessionCreated');
+    const created = first.data;
+    return {
+      sessionId,
+      handoverToken,
+      tenant,
+      userId: created.userId,
+      patientId: created.patientId,
+      encounterId: created.encounterId,
+      scopes,
+      deploymentMode: input.deploymentMode,
+      postSubmitRedirect,
+      expiresAt: created.expiresAt,
+      createdAt,
+    };
+  }
+};
+
+const TOKEN_PATTERN = /^(\d{1,10})\.[A-Za-z0-9_-]{43}$/;
+
+/**
+ * GET|POST /sessions/$handover (spec §4.1 handover rules, §3.1, §5 rule 3): activates the session,
+ * deletes the token and issues the cookie. Exactly one of two racing handovers succeeds (the
+ * append expects the revision read; the retry then sees the token used).
+ * @returns the cookie value (only its hash is stored) and the session's expiry.
+ * @throws {DomainError} unauthorized (401) for an unknown, used or expired token; invalid (400)
+ *   when `next` is not on an allowed origin — checked before anything is written.
+ */
+export const handOverSession = async (
+  ctx: CommandContext,
+  token: string,
+  next: string,
+  globalOrigins: readonly string[],
+): Promise<{ cookie: string; expiresAt: string; sessionId: number; next: string }> => {
+  const match = TOKEN_PATTERN.exec(token);
+  if (!match) throw new DomainError('unauthorized', 'HandoverTokenInvalid', 'the handover token is not valid');
+  const sessionId = Number(match[1]);
+  const stream = sessionStream(sessionId);
+  const cookie = randomToken();
+  const command = { type: 'HandOverSession' as const, tokenHash: hashToken(token), cookieHash: hashToken(cookie), now: ctx.now.toISOString() };
+  const { state } = await load(ctx, stream, sessionDecider);
+  sessionDecider.decide(command, state); // refuses bad tokens (401) before `next` is judged
+  if (state.status === 'none') throw new Error('unreachable: decide refuses a missing session');
+  const tenant = await loadTenant(ctx, state.tenantId);
+  const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
+  await handle({ ...ctx, tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } }, stream, sessionDecider, command);
+  return { cookie, expiresAt: state.expiresAt, sessionId, next: target };
+};
+
+/**
+ * DELETE /sessions/{id} (spec §3.1, §5 rule 1): ends the session; its cookie stops working at once.
+ * Ending an ended session changes nothing.
+ * @throws {DomainError} not_found (404) for a missing session or one of another tenant.
+ */
+export const endSession = async (ctx: CommandContext, sessionId: number, tenantId: number): Promise<void> => {
+  await handle(ctx, sessionStream(sessionId), sessionDecider, { type: 'EndSession', tenantId, now: ctx.now.toISOString() });
+};

@@ -1,0 +1,95 @@
+/**
+ * Configuration from environment variables (DESIGN.md §5). Every variable is optional; the
+ * defaults run the embedded PGlite store in ./data with all hosts on http://localhost:8080.
+ */
+import { z } from 'zod';
+
+const list = z
+  .string()
+  .optional()
+  .transform((v) =>
+    (v ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  );
+
+const url = (fallback: string) =>
+  z
+    .string()
+    .url()
+    .optional()
+    .transform((v) => (v ?? fallback).replace(/\/+$/, ''));
+
+const schema = z.object({
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  HOST: z.string().default('0.0.0.0'),
+  DATA_DIR: z.string().default('./data'),
+  DATABASE_URL: z.string().optional(),
+  KURRENTDB_URL: z.string().optional(),
+  PUBLIC_AUTH_URL: z.string().optional(),
+  PUBLIC_APP_URL: z.string().optional(),
+  PUBLIC_FHIR_URL: z.string().optional(),
+  PUBLIC_SDC_URL: z.string().optional(),
+  PUBLIC_LAUNCH_URL: z.string().optional(),
+  CASEBOOK_SEED: z.string().optional(),
+  ALLOWED_REDIRECT_ORIGINS: list,
+  CORS_ORIGINS: list,
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  /** PGlite data directory; `memory://` keeps everything in memory. */
+  readonly dataDir: string;
+  readonly databaseUrl: string | undefined;
+  readonly kurrentDbUrl: string | undefined;
+  /** Public base URLs, without trailing slash (spec {auth_url}, {app_url}, {fhir_base_url}, {sdk_backend_address}). */
+  readonly authUrl: string;
+  readonly appUrl: string;
+  readonly fhirUrl: string;
+  readonly sdcUrl: string;
+  readonly launchUrl: string;
+  readonly seedFile: string | undefined;
+  /** Origins every tenant may redirect to, besides the app host and its own origins. */
+  readonly allowedRedirectOrigins: readonly string[];
+  readonly corsOrigins: readonly string[];
+  readonly logLevel: string;
+}
+
+/**
+ * Reads the configuration.
+ * @throws {Error} listing every invalid variable.
+ */
+export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
+  const parsed = schema.safeParse(env);
+  if (!parsed.success)
+    throw new Error(
+      `invalid configuration: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    );
+  const e = parsed.data;
+  const base = `http://localhost:${e.PORT}`;
+  const pick = (value: string | undefined, fallback: string, name: string) => {
+    const result = url(fallback).safeParse(value);
+    if (!result.success) throw new Error(`invalid configuration: ${name} must be an absolute URL`);
+    return result.data;
+  };
+  const fhirUrl = pick(e.PUBLIC_FHIR_URL, `${base}/fhir/r5`, 'PUBLIC_FHIR_URL');
+  return {
+    port: e.PORT,
+    host: e.HOST,
+    dataDir: e.DATA_DIR,
+    databaseUrl: e.DATABASE_URL || undefined,
+    kurrentDbUrl: e.KURRENTDB_URL || undefined,
+    authUrl: pick(e.PUBLIC_AUTH_URL, `${base}/auth`, 'PUBLIC_AUTH_URL'),
+    appUrl: pick(e.PUBLIC_APP_URL, `${base}/app`, 'PUBLIC_APP_URL'),
+    fhirUrl,
+    sdcUrl: pick(e.PUBLIC_SDC_URL, fhirUrl, 'PUBLIC_SDC_URL'),
+    launchUrl: pick(e.PUBLIC_LAUNCH_URL, `${base}/launch`, 'PUBLIC_LAUNCH_URL'),
+    seedFile: e.CASEBOOK_SEED || undefined,
+    allowedRedirectOrigins: e.ALLOWED_REDIRECT_ORIGINS.map((o) => new URL(o).origin),
+    corsOrigins: e.CORS_ORIGINS,
+    logLevel: e.LOG_LEVEL,
+  };
+};

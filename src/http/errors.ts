@@ -1,0 +1,108 @@
+/**
+ * One error mapping for the HTTP edge (CONVENTIONS.md "HTTP edge"): domain errors, zod validation
+ * errors and body-parser errors become 4xx with a clear message; anything else is logged (without
+ * request data) and answered 500. Auth-host routes answer `application/problem+json` (RFC 9457);
+ * FHIR routes will answer OperationOutcome.
+ */
+import type { Context } from 'koa';
+import { ZodError } from 'zod';
+import { DomainError, type DomainErrorKind } from '../domain/decider.js';
+import { EventIdConflict, WrongExpectedVersion } from '../eventstore/port.js';
+
+const STATUS: Record<DomainErrorKind, number> = {
+  invalid: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  gone: 410,
+  precondition_failed: 412,
+  unprocessable: 422,
+};
+
+const TITLES: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  410: 'Gone',
+  412: 'Precondition Failed',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+/** One problem found in the request, with where it is (a dotted/bracketed field path). */
+export interface Problem {
+  readonly status: number;
+  readonly code: string;
+  readonly detail: string;
+  readonly errors?: readonly { readonly path: string; readonly message: string }[];
+}
+
+/** An error the edge raises itself with a chosen status (authentication, content type…). */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+/** Renders a zod path as `fhirContext[0].identifier.system`. */
+export const formatPath = (path: readonly PropertyKey[]): string =>
+  path.reduce<string>((acc, key) => (typeof key === 'number' ? `${acc}[${key}]` : acc ? `${acc}.${String(key)}` : String(key)), '');
+
+/** Maps any thrown value to a problem; `undefined` means an unexpected (5xx) error. */
+export const toProblem = (error: unknown): Problem | undefined => {
+  if (error instanceof DomainError)
+    return {
+      status: STATUS[error.kind],
+      code: error.code,
+      detail: error.message,
+      ...(error.expression ? { errors: [{ path: error.expression, message: error.message }] } : {}),
+    };
+  if (error instanceof HttpError) return { status: error.status, code: error.code, detail: error.message };
+  if (error instanceof ZodError) {
+    const errors = error.issues.map((i) => ({ path: formatPath(i.path), message: i.message }));
+    return {
+      status: 400,
+      code: 'InvalidRequest',
+      detail: errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; '),
+      errors,
+    };
+  }
+  if (error instanceof WrongExpectedVersion)
+    return { status: 409, code: 'ConcurrentUpdate', detail: 'the resource was changed concurrently; retry the request' };
+  if (error instanceof EventIdConflict) return { status: 409, code: 'Conflict', detail: error.message };
+  const status = (error as { status?: unknown; statusCode?: unknown })?.status ?? (error as { statusCode?: unknown })?.statusCode;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    const raw = error instanceof Error ? error.message : 'bad request';
+    const detail = status === 400 && /JSON|token|Unexpected/i.test(raw) ? `the request body is not valid JSON: ${raw}` : raw;
+    return { status, code: status === 413 ? 'PayloadTooLarge' : 'InvalidRequest', detail };
+  }
+  return undefined;
+};
+
+/** Writes a problem as `application/problem+json`. */
+export const sendProblem = (ctx: Context, problem: Problem): void => {
+  ctx.status = problem.status;
+  ctx.type = 'application/problem+json';
+  ctx.body = {
+    type: 'about:blank',
+    title: TITLES[problem.status] ?? 'Error',
+    status: problem.status,
+    code: problem.code,
+    detail: problem.detail,
+    ...(problem.errors ? { errors: problem.errors } : {}),
+  };
+};
+
+export { TITLES as STATUS_TITLES };

@@ -1,0 +1,12 @@
+import { clinicalResourcesProjection } from './clinical.js';
+import type { Projection } from './projection.js';
+import { sessionsProjection } from './sessions.js';
+import { apiClientsProjection, tenantsProjection } from './tenants.js';
+
+/** Every read model, in the order the runner applies them. */
+export const allProjections: readonly Projection[] = [
+  tenantsProjection,
+  apiClientsProjection,
+  sessionsProjection,
+  clinicalResourcesProjection,
+];

@@ -1,0 +1,86 @@
+/** Read model of data tenants and API clients (issue 2 §4): `rm_tenants`, `rm_api_clients`. */
+import type { ClientEvent } from '../domain/client/client.js';
+import type { TenantEvent } from '../domain/tenant/tenant.js';
+import type { Projection } from './projection.js';
+import { bumpSequence } from './sequences.js';
+
+const json = (value: unknown) => JSON.stringify(value);
+
+export const tenantsProjection: Projection = {
+  name: 'tenants',
+  tables: ['rm_tenants'],
+  migrate: (sql) =>
+    sql.exec(`CREATE TABLE IF NOT EXISTS rm_tenants (
+      id integer PRIMARY KEY,
+      name text NOT NULL,
+      ehr_managed boolean NOT NULL,
+      allowed_scopes jsonb NOT NULL,
+      redirect_origins jsonb NOT NULL,
+      created_at timestamptz NOT NULL,
+      updated_at timestamptz NOT NULL
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS rm_tenants_name ON rm_tenants (lower(name));`),
+  apply: async (event, tx) => {
+    const e = { type: event.type, data: event.data } as TenantEvent;
+    switch (e.type) {
+      case 'TenantCreated':
+        await tx.query(
+          `INSERT INTO rm_tenants (id, name, ehr_managed, allowed_scopes, redirect_origins, created_at, updated_at)
+           VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $6) ON CONFLICT (id) DO NOTHING`,
+          [e.data.tenantId, e.data.name, e.data.ehrManaged, json(e.data.allowedScopes), json(e.data.redirectOrigins), e.data.createdAt],
+        );
+        await bumpSequence(tx, 'tenant', e.data.tenantId);
+        return;
+      case 'TenantSettingsChanged':
+        await tx.query(
+          `UPDATE rm_tenants SET ehr_managed = $2, allowed_scopes = $3::jsonb, redirect_origins = $4::jsonb, updated_at = $5 WHERE id = $1`,
+          [e.data.tenantId, e.data.ehrManaged, json(e.data.allowedScopes), json(e.data.redirectOrigins), e.data.at],
+        );
+        return;
+      default:
+        return;
+    }
+  },
+};
+
+export const apiClientsProjection: Projection = {
+  name: 'api_clients',
+  tables: ['rm_api_clients'],
+  migrate: (sql) =>
+    sql.exec(`CREATE TABLE IF NOT EXISTS rm_api_clients (
+      client_id text PRIMARY KEY,
+      tenant_id integer NOT NULL,
+      secret_hash text NOT NULL,
+      scopes jsonb NOT NULL,
+      projects jsonb NOT NULL,
+      created_at timestamptz NOT NULL,
+      updated_at timestamptz NOT NULL
+    )`),
+  apply: async (event, tx) => {
+    const e = { type: event.type, data: event.data } as ClientEvent;
+    switch (e.type) {
+      case 'ApiClientRegistered':
+        await tx.query(
+          `INSERT INTO rm_api_clients (client_id, tenant_id, secret_hash, scopes, projects, created_at, updated_at)
+           VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $6) ON CONFLICT (client_id) DO NOTHING`,
+          [e.data.clientId, e.data.tenantId, e.data.secretHash, json(e.data.scopes), json(e.data.projects), e.data.at],
+        );
+        return;
+      case 'ApiClientSecretRotated':
+        await tx.query(`UPDATE rm_api_clients SET secret_hash = $2, updated_at = $3 WHERE client_id = $1`, [
+          e.data.clientId,
+          e.data.secretHash,
+          e.data.at,
+        ]);
+        return;
+      case 'ApiClientSettingsChanged':
+        await tx.query(
+          `UPDATE rm_api_clients SET scopes = $2::jsonb, projects = $3::jsonb, updated_at = $4 WHERE client_id = $1`,
+          [e.data.clientId, json(e.data.scopes), json(e.data.projects), e.data.at],
+        );
+        return;
+      default:
+        return;
+    }
+  },
+};
