@@ -4,10 +4,10 @@
  */
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { v4 as uuidv4 } from 'uuid';
 import pino, { type Logger } from 'pino';
-import type { Config } from './config.js';
+import { v4 as uuidv4 } from 'uuid';
 import { type CommandContext, migrateSequences } from './commands/context.js';
+import type { Config } from './config.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
@@ -23,7 +23,12 @@ export interface Casebook {
   /** The clock every command reads its `now` from (tests move it). */
   readonly clock: () => Date;
   /** A command context for a cause (tenant, actor, request). */
-  context(cause: { tenantId: number | null; actor: Actor; requestId?: string | null; correlationId?: string }): CommandContext;
+  context(cause: {
+    tenantId: number | null;
+    actor: Actor;
+    requestId?: string | null;
+    correlationId?: string;
+  }): CommandContext;
   close(): Promise<void>;
 }
 
@@ -103,7 +108,10 @@ export const openDatabase = async (config: Config): Promise<Sql> => {
 export const openCasebook = async (config: Config, options: OpenOptions = {}): Promise<Casebook> => {
   const logger = options.logger ?? pino({ level: config.logLevel });
   const sql = options.sql ?? (await openDatabase(config));
-  const store = await openEventStore({ sql, ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}) });
+  const store = await openEventStore({
+    sql,
+    ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}),
+  });
   await migrateSequences(sql);
   const runner = new ProjectionRunner(store, sql, allProjections, logger);
   await runner.migrate();

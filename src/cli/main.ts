@@ -4,13 +4,13 @@
  */
 import { once } from 'node:events';
 import type { Server } from 'node:http';
-import { Command, Option } from 'commander';
 import cliProgress from 'cli-progress';
+import { Command, Option } from 'commander';
 import { type Casebook, openCasebook } from '../casebook.js';
-import { loadConfig } from '../config.js';
-import { applySeed, bootstrapDemo, readSeed } from '../commands/seed.js';
 import { generateSecret } from '../commands/secrets.js';
+import { applySeed, bootstrapDemo, readSeed } from '../commands/seed.js';
 import { createTenant, registerClient } from '../commands/tenants.js';
+import { loadConfig } from '../config.js';
 import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { createHttpApp } from '../http/app.js';
@@ -20,7 +20,10 @@ const print = (value: unknown) => console.log(JSON.stringify(value, null, 2));
 const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** Runs `fn` with casebook open and closes it after, turning refusals into one-line errors. */
-const withCasebook = async (fn: (casebook: Casebook) => Promise<void>, options: { project?: boolean } = {}) => {
+const withCasebook = async (
+  fn: (casebook: Casebook) => Promise<void>,
+  options: { project?: boolean } = {},
+) => {
   const casebook = await openCasebook(loadConfig(), { project: options.project ?? true });
   try {
     await fn(casebook);
@@ -55,7 +58,10 @@ program
     const casebook = await openCasebook(config, { project: options.project });
     if (config.seedFile) {
       const report = await applySeed(casebook, readSeed(config.seedFile));
-      casebook.logger.info({ tenants: report.tenants.length, clients: report.clients.length }, 'seed applied');
+      casebook.logger.info(
+        { tenants: report.tenants.length, clients: report.clients.length },
+        'seed applied',
+      );
     } else {
       const demo = await bootstrapDemo(casebook);
       if (demo) {
@@ -68,7 +74,13 @@ program
     const server: Server = createHttpApp(casebook).listen(config.port, config.host);
     await once(server, 'listening');
     casebook.logger.info(
-      { port: config.port, store: casebook.store.kind, auth: config.authUrl, fhir: config.fhirUrl, app: config.appUrl },
+      {
+        port: config.port,
+        store: casebook.store.kind,
+        auth: config.authUrl,
+        fhir: config.fhirUrl,
+        app: config.appUrl,
+      },
       'casebook listening',
     );
     const shutdown = async () => {
@@ -111,7 +123,10 @@ program
           bar.update(n);
         });
         bar.stop();
-        print({ replayed: applied, position: casebook.runner.progress.value ? positionToString(casebook.runner.progress.value) : null });
+        print({
+          replayed: applied,
+          position: casebook.runner.progress.value ? positionToString(casebook.runner.progress.value) : null,
+        });
       },
       { project: false },
     ),
@@ -140,9 +155,10 @@ tenants
         allowedScopes: o.allowedScopes.split(/\s+/).filter(Boolean),
         redirectOrigins: o.redirectOrigin,
       });
-      const rows = await casebook.sql.query(`SELECT id, name, ehr_managed, allowed_scopes, redirect_origins FROM rm_tenants WHERE id = $1`, [
-        tenantId,
-      ]);
+      const rows = await casebook.sql.query(
+        `SELECT id, name, ehr_managed, allowed_scopes, redirect_origins FROM rm_tenants WHERE id = $1`,
+        [tenantId],
+      );
       print(rows[0]);
     }),
   );
@@ -151,7 +167,11 @@ tenants
   .description('list data tenants')
   .action(() =>
     withCasebook(async (casebook) => {
-      print(await casebook.sql.query(`SELECT id, name, ehr_managed, allowed_scopes, redirect_origins FROM rm_tenants ORDER BY id`));
+      print(
+        await casebook.sql.query(
+          `SELECT id, name, ehr_managed, allowed_scopes, redirect_origins FROM rm_tenants ORDER BY id`,
+        ),
+      );
     }),
   );
 
@@ -174,7 +194,13 @@ clients
         scopes: o.scopes.split(/\s+/).filter(Boolean),
         projects: o.project,
       });
-      print({ client_id: o.clientId, client_secret: secret, tenant_id: o.tenant, scopes: o.scopes.split(/\s+/), projects: o.project });
+      print({
+        client_id: o.clientId,
+        client_secret: secret,
+        tenant_id: o.tenant,
+        scopes: o.scopes.split(/\s+/),
+        projects: o.project,
+      });
     }),
   );
 clients
@@ -182,7 +208,11 @@ clients
   .description('list API clients (never their secrets)')
   .action(() =>
     withCasebook(async (casebook) => {
-      print(await casebook.sql.query(`SELECT client_id, tenant_id, scopes, projects, created_at FROM rm_api_clients ORDER BY client_id`));
+      print(
+        await casebook.sql.query(
+          `SELECT client_id, tenant_id, scopes, projects, created_at FROM rm_api_clients ORDER BY client_id`,
+        ),
+      );
     }),
   );
 
@@ -202,13 +232,16 @@ program
   .description('print events with their metadata as JSON lines')
   .addOption(new Option('--stream <name>', 'one stream, e.g. session-1'))
   .addOption(new Option('--from <position>', 'only $all events after this position (commit/prepare)'))
-  .addOption(new Option('--tenant <id>', 'only events of this tenant').argParser((v) => Number.parseInt(v, 10)))
+  .addOption(
+    new Option('--tenant <id>', 'only events of this tenant').argParser((v) => Number.parseInt(v, 10)),
+  )
   .action((o: { stream?: string; from?: string; tenant?: number }) =>
     withCasebook(
       async (casebook) => {
         const keep = (e: RecordedEvent) => o.tenant === undefined || e.metadata.tenantId === o.tenant;
         if (o.stream) {
-          for (const e of await casebook.store.readStream(o.stream)) if (keep(e)) console.log(JSON.stringify(eventJson(e)));
+          for (const e of await casebook.store.readStream(o.stream))
+            if (keep(e)) console.log(JSON.stringify(eventJson(e)));
           return;
         }
         let from = o.from ? parsePosition(o.from) : undefined;

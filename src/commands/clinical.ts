@@ -3,11 +3,12 @@
  * and Practitioner by identifier (via their reservation streams, so a lookup right after a
  * registration never misses it) and by id (via their streams).
  */
-import type { Event } from '../domain/decider.js';
+
 import { encounterDecider, encounterStream } from '../domain/clinical/encounter.js';
 import type { Identifier } from '../domain/clinical/identifier.js';
 import { patientDecider, patientStream } from '../domain/clinical/patient.js';
 import { practitionerDecider, practitionerStream } from '../domain/clinical/practitioner.js';
+import type { Event } from '../domain/decider.js';
 import { identifierKey, reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
 import type { ExpectedState } from '../eventstore/port.js';
 import { allocateId, type CommandContext } from './context.js';
@@ -119,7 +120,14 @@ export const planRegistration = async (
             streamName: encounterStream(id),
             expectedState: 'no_stream',
             events: encounterDecider.decide(
-              { type: 'RegisterEncounter', encounterId: id, tenantId, identifier: identifiers, subjectPatientId, at },
+              {
+                type: 'RegisterEncounter',
+                encounterId: id,
+                tenantId,
+                identifier: identifiers,
+                subjectPatientId,
+                at,
+              },
               encounterDecider.initialState,
             ),
           },

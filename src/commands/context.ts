@@ -3,9 +3,9 @@
  * correlation), the time it was decided at, and the read-your-writes wait (DESIGN.md §2).
  */
 import { v4 as uuidv4 } from 'uuid';
-import type { Actor, EventMetadata, EventStore, NewEvent, Position } from '../eventstore/port.js';
-import type { Event } from '../domain/decider.js';
 import type { Sql } from '../db/sql.js';
+import type { Event } from '../domain/decider.js';
+import type { Actor, EventMetadata, EventStore, NewEvent, Position } from '../eventstore/port.js';
 
 export interface CommandContext {
   readonly store: EventStore;
@@ -26,7 +26,11 @@ export interface CommandContext {
 }
 
 /** Wraps domain events for appending: a fresh UUID each and the context's metadata. */
-export const toNewEvents = (ctx: CommandContext, events: readonly Event[], tenantId = ctx.tenantId): NewEvent[] => {
+export const toNewEvents = (
+  ctx: CommandContext,
+  events: readonly Event[],
+  tenantId = ctx.tenantId,
+): NewEvent[] => {
   const metadata: EventMetadata = {
     tenantId,
     actor: ctx.actor,

@@ -4,7 +4,12 @@
  * reload and decide again, a few times.
  */
 import { type Decider, type Event, fold } from '../domain/decider.js';
-import { type AppendRequest, type ExpectedState, type Position, WrongExpectedVersion } from '../eventstore/port.js';
+import {
+  type AppendRequest,
+  type ExpectedState,
+  type Position,
+  WrongExpectedVersion,
+} from '../eventstore/port.js';
 import { type CommandContext, toNewEvents } from './context.js';
 
 /** How many times a command is re-decided after a concurrent append to its stream. */
@@ -25,7 +30,10 @@ export const load = async <State, E extends Event>(
   const recorded = await ctx.store.readStream(streamName);
   const events = recorded.map((r) => ({ type: r.type, data: r.data }) as E);
   const last = recorded.at(-1);
-  return { state: fold(decider as Decider<unknown, State, E>, events), expected: last ? last.revision : 'no_stream' };
+  return {
+    state: fold(decider as Decider<unknown, State, E>, events),
+    expected: last ? last.revision : 'no_stream',
+  };
 };
 
 export interface Handled<State, E extends Event> {
@@ -53,7 +61,11 @@ export const handle = async <Command, State, E extends Event>(
   for (let attempt = 1; ; attempt++) {
     const { state, expected } = await load(ctx, streamName, decider as Decider<never, State, E>);
     if (options.expectedRevision !== undefined && expected !== options.expectedRevision)
-      throw new WrongExpectedVersion(streamName, options.expectedRevision, expected === 'no_stream' ? 'no_stream' : (expected as bigint));
+      throw new WrongExpectedVersion(
+        streamName,
+        options.expectedRevision,
+        expected === 'no_stream' ? 'no_stream' : (expected as bigint),
+      );
     const resolved = typeof command === 'function' ? (command as (s: State) => Command)(state) : command;
     const events = decider.decide(resolved, state);
     if (events.length === 0) return { state, events, position: undefined };
@@ -62,7 +74,12 @@ export const handle = async <Command, State, E extends Event>(
       if (options.waitForProjections !== false) await ctx.waitForProjections(result.position);
       return { state: events.reduce(decider.evolve, state), events, position: result.position };
     } catch (error) {
-      if (error instanceof WrongExpectedVersion && options.expectedRevision === undefined && attempt < MAX_ATTEMPTS) continue;
+      if (
+        error instanceof WrongExpectedVersion &&
+        options.expectedRevision === undefined &&
+        attempt < MAX_ATTEMPTS
+      )
+        continue;
       throw error;
     }
   }

@@ -6,7 +6,12 @@
 import { createHash, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
 
-const scryptAsync = promisify(scrypt) as (password: string, salt: Buffer, keylen: number, options: object) => Promise<Buffer>;
+const scryptAsync = promisify(scrypt) as (
+  password: string,
+  salt: Buffer,
+  keylen: number,
+  options: object,
+) => Promise<Buffer>;
 const SCRYPT = { N: 16384, r: 8, p: 1, keylen: 32 };
 
 /** Hashes a client secret: `scrypt$N$r$p$<salt b64>$<hash b64>`. */

@@ -8,7 +8,9 @@ import type { Casebook } from '../casebook.js';
 import { generateSecret } from './secrets.js';
 import { createTenant, registerClient } from './tenants.js';
 
-const scopeText = z.union([z.string(), z.array(z.string())]).transform((v) => (Array.isArray(v) ? v : v.split(/\s+/).filter(Boolean)));
+const scopeText = z
+  .union([z.string(), z.array(z.string())])
+  .transform((v) => (Array.isArray(v) ? v : v.split(/\s+/).filter(Boolean)));
 
 export const seedSchema = z
   .object({
@@ -31,7 +33,9 @@ export const seedSchema = z
                 .strict(),
             )
             .default([]),
-          questionnaires: z.array(z.object({ project: z.string(), resource: z.record(z.string(), z.unknown()) }).strict()).default([]),
+          questionnaires: z
+            .array(z.object({ project: z.string(), resource: z.record(z.string(), z.unknown()) }).strict())
+            .default([]),
         })
         .strict(),
     ),
@@ -53,7 +57,9 @@ export const readSeed = (path: string): Seed => {
   }
   const parsed = seedSchema.safeParse(raw);
   if (!parsed.success)
-    throw new Error(`seed ${path}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    throw new Error(
+      `seed ${path}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    );
   return parsed.data;
 };
 
@@ -72,7 +78,12 @@ export const applySeed = async (casebook: Casebook, seed: Seed): Promise<SeedRep
     const ctx = casebook.context({ tenantId: null, actor: { type: 'system', id: 'seed' } });
     const { tenantId, created } = await createTenant(
       ctx,
-      { name: t.name, ehrManaged: t.ehr_managed, allowedScopes: t.allowed_scopes, redirectOrigins: t.redirect_origins },
+      {
+        name: t.name,
+        ehrManaged: t.ehr_managed,
+        allowedScopes: t.allowed_scopes,
+        redirectOrigins: t.redirect_origins,
+      },
       { ensure: true },
     );
     report.tenants.push({ name: t.name, id: tenantId, created });
@@ -95,7 +106,9 @@ export const DEMO_CLIENT_ID = 'demo-ehr';
  * With an empty store and no seed, creates a demo tenant and client so the README walkthrough
  * works (issue 2 §4). Returns the generated secret, or undefined when the store was not empty.
  */
-export const bootstrapDemo = async (casebook: Casebook): Promise<{ clientId: string; clientSecret: string } | undefined> => {
+export const bootstrapDemo = async (
+  casebook: Casebook,
+): Promise<{ clientId: string; clientSecret: string } | undefined> => {
   if ((await casebook.store.headPosition()) !== undefined) return undefined;
   const clientSecret = generateSecret();
   await applySeed(casebook, {
@@ -105,7 +118,14 @@ export const bootstrapDemo = async (casebook: Casebook): Promise<{ clientId: str
         ehr_managed: false,
         allowed_scopes: ['patient/*.*', 'user/*.*'],
         redirect_origins: ['http://localhost:3000'],
-        clients: [{ client_id: DEMO_CLIENT_ID, client_secret: clientSecret, scopes: ['system/*.*'], projects: ['demo'] }],
+        clients: [
+          {
+            client_id: DEMO_CLIENT_ID,
+            client_secret: clientSecret,
+            scopes: ['system/*.*'],
+            projects: ['demo'],
+          },
+        ],
         questionnaires: [],
       },
     ],

@@ -1,13 +1,20 @@
 /**
  * The session commands of the auth host (spec §2.1–2.3, §3.1, §4.1, §5).
  */
+
+import type { Identifier } from '../domain/clinical/identifier.js';
 import type { Event } from '../domain/decider.js';
 import { DomainError } from '../domain/decider.js';
-import type { Identifier } from '../domain/clinical/identifier.js';
 import { type DeploymentMode, sessionDecider, sessionStream } from '../domain/session/session.js';
 import { tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
 import { type ExpectedState, WrongExpectedVersion } from '../eventstore/port.js';
-import { downscope, formatScope, parseScopeList, type ResourceScope, ScopeSyntaxError } from '../fhir/scopes.js';
+import {
+  downscope,
+  formatScope,
+  parseScopeList,
+  type ResourceScope,
+  ScopeSyntaxError,
+} from '../fhir/scopes.js';
 import {
   type ContextResource,
   type ContextResourceType,
@@ -99,7 +106,8 @@ const notFoundInContext = (index: number, type: string) =>
     `fhirContext[${index}]`,
   );
 
-const mismatch = (detail: string, field: string) => new DomainError('unprocessable', 'ContextMismatch', detail, field);
+const mismatch = (detail: string, field: string) =>
+  new DomainError('unprocessable', 'ContextMismatch', detail, field);
 
 interface ResolvedContext {
   readonly patient: ContextResource | undefined;
@@ -113,7 +121,11 @@ interface ResolvedContext {
  * items are looked up by identifier; role `new` items that are missing are planned for creation,
  * nothing is written here. `user` wins over a Practitioner item.
  */
-const resolveContext = async (ctx: CommandContext, tenantId: number, input: CreateSessionInput): Promise<ResolvedContext> => {
+const resolveContext = async (
+  ctx: CommandContext,
+  tenantId: number,
+  input: CreateSessionInput,
+): Promise<ResolvedContext> => {
   const itemOf = (type: ContextResourceType) => {
     const index = input.fhirContext.findIndex((i) => i.type === type);
     return index < 0 ? undefined : { item: input.fhirContext[index]!, index };
@@ -136,7 +148,10 @@ const resolveContext = async (ctx: CommandContext, tenantId: number, input: Crea
     const found = await findByIdentifier(ctx, type, tenantId, entry.item.identifier);
     if (byId) {
       if (!found || found.id !== byId.id)
-        throw mismatch(`${idField} and the ${type} fhirContext item identify different resources`, `fhirContext[${entry.index}]`);
+        throw mismatch(
+          `${idField} and the ${type} fhirContext item identify different resources`,
+          `fhirContext[${entry.index}]`,
+        );
       return { resolved: byId };
     }
     if (found) return { resolved: found };
@@ -148,13 +163,25 @@ const resolveContext = async (ctx: CommandContext, tenantId: number, input: Crea
     'Patient',
     input.patient,
     'patient',
-    () => new DomainError('not_found', 'PatientNotFound', `patient: no Patient/${input.patient} in the data tenant`, 'patient'),
+    () =>
+      new DomainError(
+        'not_found',
+        'PatientNotFound',
+        `patient: no Patient/${input.patient} in the data tenant`,
+        'patient',
+      ),
   );
   const encounter = await resolve(
     'Encounter',
     input.encounter,
     'encounter',
-    () => new DomainError('not_found', 'EncounterNotFound', `encounter: no Encounter/${input.encounter} in the data tenant`, 'encounter'),
+    () =>
+      new DomainError(
+        'not_found',
+        'EncounterNotFound',
+        `encounter: no Encounter/${input.encounter} in the data tenant`,
+        'encounter',
+      ),
   );
 
   // The encounter's subject is the session patient; a given patient must agree with it.
@@ -171,7 +198,12 @@ const resolveContext = async (ctx: CommandContext, tenantId: number, input: Crea
   if (input.user !== undefined) {
     const found = await findById(ctx, 'Practitioner', tenantId, input.user);
     if (!found)
-      throw new DomainError('unprocessable', 'NoResolvableUser', `user: no Practitioner/${input.user} in the data tenant`, 'user');
+      throw new DomainError(
+        'unprocessable',
+        'NoResolvableUser',
+        `user: no Practitioner/${input.user} in the data tenant`,
+        'user',
+      );
     user = { resolved: found };
   } else {
     const entry = itemOf('Practitioner');
@@ -182,7 +214,12 @@ const resolveContext = async (ctx: CommandContext, tenantId: number, input: Crea
         'a session needs a user: give user (a Practitioner id) or a fhirContext item of type Practitioner',
         'user',
       );
-    user = await resolve('Practitioner', undefined, 'user', () => new DomainError('unprocessable', 'NoResolvableUser', 'no user'));
+    user = await resolve(
+      'Practitioner',
+      undefined,
+      'user',
+      () => new DomainError('unprocessable', 'NoResolvableUser', 'no user'),
+    );
   }
 
   const registrations: PlannedRegistration[] = [];
@@ -200,7 +237,13 @@ const resolveContext = async (ctx: CommandContext, tenantId: number, input: Crea
         'a new Encounter needs the session patient: give patient or a Patient fhirContext item',
         'fhirContext',
       );
-    const plan = await planRegistration(ctx, 'Encounter', tenantId, encounter.create.identifier, patientResolved.id);
+    const plan = await planRegistration(
+      ctx,
+      'Encounter',
+      tenantId,
+      encounter.create.identifier,
+      patientResolved.id,
+    );
     registrations.push(plan);
     encounterResolved = plan.resource;
   }
@@ -218,7 +261,8 @@ const parseRequestedScopes = (scope: string | string[] | undefined, tenant: Tena
     if (scope === undefined) return parseScopeList([...tenant.allowedScopes]).scopes;
     return parseScopeList(scope).scopes;
   } catch (error) {
-    if (error instanceof ScopeSyntaxError) throw new DomainError('invalid', 'InvalidScope', `scope: ${error.message}`, 'scope');
+    if (error instanceof ScopeSyntaxError)
+      throw new DomainError('invalid', 'InvalidScope', `scope: ${error.message}`, 'scope');
     throw error;
   }
 };
@@ -255,9 +299,13 @@ export const createSession = async (
   const tenant = await loadTenant(ctx, client.tenantId);
   const origins = [...globalOrigins, ...tenant.redirectOrigins];
   const postSubmitRedirect =
-    input.postSubmitRedirect === undefined ? null : checkRedirect(input.postSubmitRedirect, origins, 'post_submit_redirect');
+    input.postSubmitRedirect === undefined
+      ? null
+      : checkRedirect(input.postSubmitRedirect, origins, 'post_submit_redirect');
   const postCancelRedirect =
-    input.postCancelRedirect === undefined ? null : checkRedirect(input.postCancelRedirect, origins, 'post_cancel_redirect');
+    input.postCancelRedirect === undefined
+      ? null
+      : checkRedirect(input.postCancelRedirect, origins, 'post_cancel_redirect');
   const requested = parseRequestedScopes(input.scope, tenant);
   const tenantAllowed = parseScopeList([...tenant.allowedScopes]).scopes;
 
@@ -338,17 +386,28 @@ export const handOverSession = async (
   globalOrigins: readonly string[],
 ): Promise<{ cookie: string; expiresAt: string; sessionId: number; next: string }> => {
   const match = TOKEN_PATTERN.exec(token);
-  if (!match) throw new DomainError('unauthorized', 'HandoverTokenInvalid', 'the handover token is not valid');
+  if (!match)
+    throw new DomainError('unauthorized', 'HandoverTokenInvalid', 'the handover token is not valid');
   const sessionId = Number(match[1]);
   const stream = sessionStream(sessionId);
   const cookie = randomToken();
-  const command = { type: 'HandOverSession' as const, tokenHash: hashToken(token), cookieHash: hashToken(cookie), now: ctx.now.toISOString() };
+  const command = {
+    type: 'HandOverSession' as const,
+    tokenHash: hashToken(token),
+    cookieHash: hashToken(cookie),
+    now: ctx.now.toISOString(),
+  };
   const { state } = await load(ctx, stream, sessionDecider);
   sessionDecider.decide(command, state); // refuses bad tokens (401) before `next` is judged
   if (state.status === 'none') throw new Error('unreachable: decide refuses a missing session');
   const tenant = await loadTenant(ctx, state.tenantId);
   const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
-  await handle({ ...ctx, tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } }, stream, sessionDecider, command);
+  await handle(
+    { ...ctx, tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } },
+    stream,
+    sessionDecider,
+    command,
+  );
   return { cookie, expiresAt: state.expiresAt, sessionId, next: target };
 };
 
@@ -358,5 +417,9 @@ export const handOverSession = async (
  * @throws {DomainError} not_found (404) for a missing session or one of another tenant.
  */
 export const endSession = async (ctx: CommandContext, sessionId: number, tenantId: number): Promise<void> => {
-  await handle(ctx, sessionStream(sessionId), sessionDecider, { type: 'EndSession', tenantId, now: ctx.now.toISOString() });
+  await handle(ctx, sessionStream(sessionId), sessionDecider, {
+    type: 'EndSession',
+    tenantId,
+    now: ctx.now.toISOString(),
+  });
 };

@@ -5,7 +5,7 @@
 import { CLIENT_ID_PATTERN, clientDecider, clientStream } from '../domain/client/client.js';
 import { DomainError } from '../domain/decider.js';
 import { reservationDecider, reservationStream, tenantNameKey } from '../domain/reservation/reservation.js';
-import { tenantDecider, tenantStream, type TenantSettings } from '../domain/tenant/tenant.js';
+import { type TenantSettings, tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
 import { WrongExpectedVersion } from '../eventstore/port.js';
 import { parseScopeList, ScopeSyntaxError } from '../fhir/scopes.js';
 import { allocateId, type CommandContext } from './context.js';
@@ -22,10 +22,20 @@ export const normaliseOrigin = (origin: string, field: string): string => {
   try {
     parsed = new URL(origin);
   } catch {
-    throw new DomainError('invalid', 'InvalidOrigin', `${field}: ${JSON.stringify(origin)} is not an origin URL`, field);
+    throw new DomainError(
+      'invalid',
+      'InvalidOrigin',
+      `${field}: ${JSON.stringify(origin)} is not an origin URL`,
+      field,
+    );
   }
   if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:')
-    throw new DomainError('invalid', 'InvalidOrigin', `${field}: only http and https origins are allowed`, field);
+    throw new DomainError(
+      'invalid',
+      'InvalidOrigin',
+      `${field}: only http and https origins are allowed`,
+      field,
+    );
   return parsed.origin;
 };
 
@@ -35,7 +45,8 @@ export const validateScopes = (scopes: readonly string[], field: string): string
     parseScopeList([...scopes]);
     return scopes.flatMap((s) => s.split(/\s+/).filter(Boolean));
   } catch (error) {
-    if (error instanceof ScopeSyntaxError) throw new DomainError('invalid', 'InvalidScope', `${field}: ${error.message}`, field);
+    if (error instanceof ScopeSyntaxError)
+      throw new DomainError('invalid', 'InvalidScope', `${field}: ${error.message}`, field);
     throw error;
   }
 };
@@ -66,8 +77,13 @@ export const createTenant = async (
     const reservation = await load(ctx, reservationStream(key), reservationDecider);
     if (reservation.state.status === 'claimed') {
       const tenantId = Number(reservation.state.ownerId);
-      if (!options.ensure) throw new DomainError('conflict', 'TenantExists', `a tenant named ${JSON.stringify(name)} exists`);
-      await handle({ ...ctx, tenantId }, tenantStream(tenantId), tenantDecider, { type: 'ConfigureTenant', now, ...settings });
+      if (!options.ensure)
+        throw new DomainError('conflict', 'TenantExists', `a tenant named ${JSON.stringify(name)} exists`);
+      await handle({ ...ctx, tenantId }, tenantStream(tenantId), tenantDecider, {
+        type: 'ConfigureTenant',
+        now,
+        ...settings,
+      });
       return { tenantId, created: false };
     }
     const tenantId = await allocateId(ctx.sql, 'tenant');
@@ -75,7 +91,10 @@ export const createTenant = async (
       { type: 'ClaimReservation', key, ownerType: 'tenant', ownerId: String(tenantId), now },
       reservation.state,
     );
-    const created = tenantDecider.decide({ type: 'CreateTenant', tenantId, name, now, ...settings }, tenantDecider.initialState);
+    const created = tenantDecider.decide(
+      { type: 'CreateTenant', tenantId, name, now, ...settings },
+      tenantDecider.initialState,
+    );
     try {
       await appendAtomically({ ...ctx, tenantId }, [
         { streamName: reservationStream(key), expectedState: reservation.expected, events: claim },
@@ -112,25 +131,50 @@ export const registerClient = async (
   options: { ensure?: boolean } = {},
 ): Promise<{ created: boolean }> => {
   if (!CLIENT_ID_PATTERN.test(input.clientId))
-    throw new DomainError('invalid', 'InvalidClientId', 'client_id must be 3-64 letters, digits, ".", "_" or "-"', 'client_id');
+    throw new DomainError(
+      'invalid',
+      'InvalidClientId',
+      'client_id must be 3-64 letters, digits, ".", "_" or "-"',
+      'client_id',
+    );
   if (input.secret.length < MIN_SECRET_LENGTH)
-    throw new DomainError('invalid', 'WeakSecret', `client_secret must be at least ${MIN_SECRET_LENGTH} characters`, 'client_secret');
+    throw new DomainError(
+      'invalid',
+      'WeakSecret',
+      `client_secret must be at least ${MIN_SECRET_LENGTH} characters`,
+      'client_secret',
+    );
   const scopes = validateScopes(input.scopes, 'scopes');
   const projects = [...new Set(input.projects.map((p) => p.trim()).filter(Boolean))];
   const tenant = await load(ctx, tenantStream(input.tenantId), tenantDecider);
-  if (tenant.state.status === 'none') throw new DomainError('not_found', 'TenantNotFound', `no tenant ${input.tenantId}`, 'tenant');
+  if (tenant.state.status === 'none')
+    throw new DomainError('not_found', 'TenantNotFound', `no tenant ${input.tenantId}`, 'tenant');
   const now = ctx.now.toISOString();
   const c = { ...ctx, tenantId: input.tenantId };
   const existing = await load(c, clientStream(input.clientId), clientDecider);
   if (existing.state.status === 'active') {
-    if (!options.ensure) throw new DomainError('conflict', 'ApiClientExists', `client ${input.clientId} already exists`);
+    if (!options.ensure)
+      throw new DomainError('conflict', 'ApiClientExists', `client ${input.clientId} already exists`);
     if (existing.state.tenantId !== input.tenantId)
-      throw new DomainError('conflict', 'ApiClientExists', `client ${input.clientId} belongs to another tenant`);
+      throw new DomainError(
+        'conflict',
+        'ApiClientExists',
+        `client ${input.clientId} belongs to another tenant`,
+      );
     if (!(await verifySecret(input.secret, existing.state.secretHash))) {
       const secretHash = await hashSecret(input.secret);
-      await handle(c, clientStream(input.clientId), clientDecider, { type: 'RotateApiClientSecret', secretHash, now });
+      await handle(c, clientStream(input.clientId), clientDecider, {
+        type: 'RotateApiClientSecret',
+        secretHash,
+        now,
+      });
     }
-    await handle(c, clientStream(input.clientId), clientDecider, { type: 'ConfigureApiClient', scopes, projects, now });
+    await handle(c, clientStream(input.clientId), clientDecider, {
+      type: 'ConfigureApiClient',
+      scopes,
+      projects,
+      now,
+    });
     return { created: false };
   }
   const secretHash = await hashSecret(input.secret);

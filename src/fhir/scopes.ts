@@ -310,10 +310,13 @@ const dedupeFilters = (filters: readonly [string, string][]): [string, string][]
   });
 };
 
-/** spec §5.3 rule 3: Questionnaire access comes from the account's projects, never from `*`. */
+/**
+ * spec §5.3 rule 3: Questionnaire access comes from the account's projects, never from `*`.
+ * A `patient/*` scope adds none: Questionnaires are templates, outside any patient compartment.
+ */
 const applyProjectRules = (scope: ResourceScope, projects: readonly string[]): ResourceScope[] => {
   if (scope.resourceType === 'Questionnaire') return constrainQuestionnaire(scope, projects);
-  if (scope.resourceType !== '*') return [scope];
+  if (scope.resourceType !== '*' || scope.context === 'patient') return [scope];
   const permissions = intersect(scope.permissions, ['r', 's']);
   const questionnaires: ResourceScope[] =
     permissions.length === 0

@@ -1,13 +1,14 @@
 /**
  * The Koa app serving the hosts of DESIGN.md §1 under the paths of their public URLs.
  */
-import Koa from 'koa';
+
 import Router from '@koa/router';
+import Koa from 'koa';
 import { koaBody } from 'koa-body';
 import { v4 as uuidv4 } from 'uuid';
 import type { Casebook } from '../casebook.js';
-import { HttpError, sendProblem, toProblem } from './errors.js';
 import { sessionsRouter } from './auth/sessions.js';
+import { HttpError, sendProblem, toProblem } from './errors.js';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -35,15 +36,29 @@ export const createHttpApp = (casebook: Casebook): Koa => {
     } catch (error) {
       const problem = toProblem(error);
       if (problem) {
-        if (error instanceof HttpError) for (const [name, value] of Object.entries(error.headers)) ctx.set(name, value);
+        if (error instanceof HttpError)
+          for (const [name, value] of Object.entries(error.headers)) ctx.set(name, value);
         sendProblem(ctx, problem);
       } else {
-        logger.error({ err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path }, 'request failed');
-        sendProblem(ctx, { status: 500, code: 'InternalError', detail: `internal error (request id ${ctx.state.requestId})` });
+        logger.error(
+          { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path },
+          'request failed',
+        );
+        sendProblem(ctx, {
+          status: 500,
+          code: 'InternalError',
+          detail: `internal error (request id ${ctx.state.requestId})`,
+        });
       }
     } finally {
       logger.info(
-        { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round(performance.now() - started) },
+        {
+          requestId: ctx.state.requestId,
+          method: ctx.method,
+          path: ctx.path,
+          status: ctx.status,
+          ms: Math.round(performance.now() - started),
+        },
         'request',
       );
     }

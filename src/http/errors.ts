@@ -58,7 +58,10 @@ export class HttpError extends Error {
 
 /** Renders a zod path as `fhirContext[0].identifier.system`. */
 export const formatPath = (path: readonly PropertyKey[]): string =>
-  path.reduce<string>((acc, key) => (typeof key === 'number' ? `${acc}[${key}]` : acc ? `${acc}.${String(key)}` : String(key)), '');
+  path.reduce<string>(
+    (acc, key) => (typeof key === 'number' ? `${acc}[${key}]` : acc ? `${acc}.${String(key)}` : String(key)),
+    '',
+  );
 
 /** Maps any thrown value to a problem; `undefined` means an unexpected (5xx) error. */
 export const toProblem = (error: unknown): Problem | undefined => {
@@ -80,12 +83,21 @@ export const toProblem = (error: unknown): Problem | undefined => {
     };
   }
   if (error instanceof WrongExpectedVersion)
-    return { status: 409, code: 'ConcurrentUpdate', detail: 'the resource was changed concurrently; retry the request' };
+    return {
+      status: 409,
+      code: 'ConcurrentUpdate',
+      detail: 'the resource was changed concurrently; retry the request',
+    };
   if (error instanceof EventIdConflict) return { status: 409, code: 'Conflict', detail: error.message };
-  const status = (error as { status?: unknown; statusCode?: unknown })?.status ?? (error as { statusCode?: unknown })?.statusCode;
+  const status =
+    (error as { status?: unknown; statusCode?: unknown })?.status ??
+    (error as { statusCode?: unknown })?.statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     const raw = error instanceof Error ? error.message : 'bad request';
-    const detail = status === 400 && /JSON|token|Unexpected/i.test(raw) ? `the request body is not valid JSON: ${raw}` : raw;
+    const detail =
+      status === 400 && /JSON|token|Unexpected/i.test(raw)
+        ? `the request body is not valid JSON: ${raw}`
+        : raw;
     return { status, code: status === 413 ? 'PayloadTooLarge' : 'InvalidRequest', detail };
   }
   return undefined;

@@ -3,11 +3,12 @@
  * Practitioner): `rm_resources` (one row per resource) and `rm_resource_identifiers` (search by
  * identifier). The FHIR data server (issue 3) grows it.
  */
+
+import type { Sql } from '../db/sql.js';
 import type { EncounterEvent } from '../domain/clinical/encounter.js';
+import type { Identifier } from '../domain/clinical/identifier.js';
 import type { PatientEvent } from '../domain/clinical/patient.js';
 import type { PractitionerEvent } from '../domain/clinical/practitioner.js';
-import type { Identifier } from '../domain/clinical/identifier.js';
-import type { Sql } from '../db/sql.js';
 import type { Projection } from './projection.js';
 import { bumpSequence } from './sequences.js';
 
@@ -61,7 +62,16 @@ export const clinicalResourcesProjection: Projection = {
     const e = { type: event.type, data: event.data } as PatientEvent | EncounterEvent | PractitionerEvent;
     switch (e.type) {
       case 'PatientRegistered':
-        return insertResource(tx, 'Patient', e.data.patientId, e.data.tenantId, e.data.identifier, {}, e.data.at, event.revision);
+        return insertResource(
+          tx,
+          'Patient',
+          e.data.patientId,
+          e.data.tenantId,
+          e.data.identifier,
+          {},
+          e.data.at,
+          event.revision,
+        );
       case 'EncounterRegistered':
         return insertResource(
           tx,

@@ -4,14 +4,15 @@
  * subscription. One active runner per database, elected with a Postgres advisory lock; standbys
  * wait for the lock. Commands wait on {@link ProjectionRunner.waitFor} for read-your-writes.
  */
-import { BehaviorSubject, filter, firstValueFrom, timeout } from 'rxjs';
+
 import type { Logger } from 'pino';
+import { BehaviorSubject, filter, firstValueFrom, timeout } from 'rxjs';
 import type { Sql } from '../db/sql.js';
 import {
   comparePositions,
   type EventStore,
-  parsePosition,
   type Position,
+  parsePosition,
   positionToString,
   type RecordedEvent,
 } from '../eventstore/port.js';
@@ -55,7 +56,9 @@ export class ProjectionRunner {
 
   /** Each projection's checkpoint (undefined = nothing applied yet). */
   async checkpoints(sql: Sql = this.sql): Promise<Map<string, Position | undefined>> {
-    const rows = await sql.query<{ name: string; position: string }>(`SELECT name, position FROM projection_checkpoints`);
+    const rows = await sql.query<{ name: string; position: string }>(
+      `SELECT name, position FROM projection_checkpoints`,
+    );
     const byName = new Map(rows.map((r) => [r.name, parsePosition(r.position)]));
     return new Map(this.projections.map((p) => [p.name, byName.get(p.name)]));
   }
@@ -100,7 +103,10 @@ export class ProjectionRunner {
    * @param onProgress called after each page with the number of events applied so far.
    * @returns the number of events read.
    */
-  async catchUp(onProgress?: (applied: number, position: Position) => void, signal?: AbortSignal): Promise<number> {
+  async catchUp(
+    onProgress?: (applied: number, position: Position) => void,
+    signal?: AbortSignal,
+  ): Promise<number> {
     let from = await this.position();
     this.progress.next(from);
     let applied = 0;
@@ -123,8 +129,11 @@ export class ProjectionRunner {
    */
   async rebuild(onProgress?: (applied: number, position: Position) => void): Promise<number> {
     return this.sql.withConnection(async (conn) => {
-      const [lock] = await conn.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock($1) AS ok`, [RUNNER_LOCK_KEY]);
-      if (!lock?.ok) throw new Error('a projection runner is active on this database: stop it before replaying');
+      const [lock] = await conn.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock($1) AS ok`, [
+        RUNNER_LOCK_KEY,
+      ]);
+      if (!lock?.ok)
+        throw new Error('a projection runner is active on this database: stop it before replaying');
       try {
         await this.sql.transaction(async (tx) => {
           for (const projection of this.projections)
@@ -147,7 +156,9 @@ export class ProjectionRunner {
     this.loop = this.sql
       .withConnection(async (conn) => {
         while (!abort.signal.aborted) {
-          const [lock] = await conn.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock($1) AS ok`, [RUNNER_LOCK_KEY]);
+          const [lock] = await conn.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock($1) AS ok`, [
+            RUNNER_LOCK_KEY,
+          ]);
           if (lock?.ok) break;
           await sleep(2000, abort.signal);
         }

@@ -1,5 +1,5 @@
-import type { Sql } from '../db/sql.js';
 import { type IdKind, sequenceName } from '../commands/context.js';
+import type { Sql } from '../db/sql.js';
 
 /**
  * Moves an id sequence past `id`, so ids allocated after a replay into a fresh database (or from a

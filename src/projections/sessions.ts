@@ -1,6 +1,7 @@
 /** Read model of sessions (spec §2.4): `rm_sessions`, looked up by id and by cookie hash. */
-import type { SessionEvent } from '../domain/session/session.js';
+
 import type { Sql } from '../db/sql.js';
+import type { SessionEvent } from '../domain/session/session.js';
 import type { Projection } from './projection.js';
 import { bumpSequence } from './sequences.js';
 
@@ -54,17 +55,16 @@ export const sessionsProjection: Projection = {
         return;
       }
       case 'SessionHandedOver':
-        await tx.query(`UPDATE rm_sessions SET status = 'active', cookie_hash = $2, last_modified_at = $3 WHERE id = $1`, [
-          e.data.sessionId,
-          e.data.cookieHash,
-          e.data.at,
-        ]);
+        await tx.query(
+          `UPDATE rm_sessions SET status = 'active', cookie_hash = $2, last_modified_at = $3 WHERE id = $1`,
+          [e.data.sessionId, e.data.cookieHash, e.data.at],
+        );
         return;
       case 'SessionEnded':
-        await tx.query(`UPDATE rm_sessions SET status = 'ended', cookie_hash = NULL, last_modified_at = $2 WHERE id = $1`, [
-          e.data.sessionId,
-          e.data.at,
-        ]);
+        await tx.query(
+          `UPDATE rm_sessions SET status = 'ended', cookie_hash = NULL, last_modified_at = $2 WHERE id = $1`,
+          [e.data.sessionId, e.data.at],
+        );
         return;
       default:
         return;
@@ -112,16 +112,24 @@ const toSessionRow = (r: Record<string, unknown>): SessionRow => ({
 });
 
 /** The session `id` of `tenantId`, or undefined (another tenant's session reads as missing, spec §5 rule 1). */
-export const findSession = async (sql: Sql, id: number, tenantId: number): Promise<SessionRow | undefined> => {
+export const findSession = async (
+  sql: Sql,
+  id: number,
+  tenantId: number,
+): Promise<SessionRow | undefined> => {
   const rows = await sql.query(`${SELECT_SESSION} WHERE s.id = $1 AND s.tenant_id = $2`, [id, tenantId]);
   return rows[0] ? toSessionRow(rows[0]) : undefined;
 };
 
 /** The active, unexpired session whose cookie hashes to `cookieHash` at `now`, or undefined (spec §2.4, §3.1). */
-export const findSessionByCookie = async (sql: Sql, cookieHash: string, now: Date): Promise<SessionRow | undefined> => {
-  const rows = await sql.query(`${SELECT_SESSION} WHERE s.cookie_hash = $1 AND s.status = 'active' AND s.expires_at > $2`, [
-    cookieHash,
-    now.toISOString(),
-  ]);
+export const findSessionByCookie = async (
+  sql: Sql,
+  cookieHash: string,
+  now: Date,
+): Promise<SessionRow | undefined> => {
+  const rows = await sql.query(
+    `${SELECT_SESSION} WHERE s.cookie_hash = $1 AND s.status = 'active' AND s.expires_at > $2`,
+    [cookieHash, now.toISOString()],
+  );
   return rows[0] ? toSessionRow(rows[0]) : undefined;
 };

@@ -27,14 +27,27 @@ export const tenantsProjection: Projection = {
         await tx.query(
           `INSERT INTO rm_tenants (id, name, ehr_managed, allowed_scopes, redirect_origins, created_at, updated_at)
            VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $6) ON CONFLICT (id) DO NOTHING`,
-          [e.data.tenantId, e.data.name, e.data.ehrManaged, json(e.data.allowedScopes), json(e.data.redirectOrigins), e.data.createdAt],
+          [
+            e.data.tenantId,
+            e.data.name,
+            e.data.ehrManaged,
+            json(e.data.allowedScopes),
+            json(e.data.redirectOrigins),
+            e.data.createdAt,
+          ],
         );
         await bumpSequence(tx, 'tenant', e.data.tenantId);
         return;
       case 'TenantSettingsChanged':
         await tx.query(
           `UPDATE rm_tenants SET ehr_managed = $2, allowed_scopes = $3::jsonb, redirect_origins = $4::jsonb, updated_at = $5 WHERE id = $1`,
-          [e.data.tenantId, e.data.ehrManaged, json(e.data.allowedScopes), json(e.data.redirectOrigins), e.data.at],
+          [
+            e.data.tenantId,
+            e.data.ehrManaged,
+            json(e.data.allowedScopes),
+            json(e.data.redirectOrigins),
+            e.data.at,
+          ],
         );
         return;
       default:
@@ -63,7 +76,14 @@ export const apiClientsProjection: Projection = {
         await tx.query(
           `INSERT INTO rm_api_clients (client_id, tenant_id, secret_hash, scopes, projects, created_at, updated_at)
            VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $6) ON CONFLICT (client_id) DO NOTHING`,
-          [e.data.clientId, e.data.tenantId, e.data.secretHash, json(e.data.scopes), json(e.data.projects), e.data.at],
+          [
+            e.data.clientId,
+            e.data.tenantId,
+            e.data.secretHash,
+            json(e.data.scopes),
+            json(e.data.projects),
+            e.data.at,
+          ],
         );
         return;
       case 'ApiClientSecretRotated':

@@ -3,7 +3,7 @@
  * its secret (never the secret), its own scopes (governing its data-server calls, spec §5 rule 4)
  * and the projects of its service account (spec §5.3 rule 3). Stream `client-<client_id>`.
  */
-import { DomainError, type Decider, type Event } from '../decider.js';
+import { type Decider, DomainError, type Event } from '../decider.js';
 
 export interface ClientSettings {
   /** The client's own scopes, as given (v1 or v2 text). */
@@ -13,13 +13,21 @@ export interface ClientSettings {
 }
 
 export type ClientEvent =
-  | Event<'ApiClientRegistered', { clientId: string; tenantId: number; secretHash: string; at: string } & ClientSettings>
+  | Event<
+      'ApiClientRegistered',
+      { clientId: string; tenantId: number; secretHash: string; at: string } & ClientSettings
+    >
   | Event<'ApiClientSecretRotated', { clientId: string; secretHash: string; at: string }>
   | Event<'ApiClientSettingsChanged', { clientId: string; at: string } & ClientSettings>;
 
 export type ApiClient =
   | { readonly status: 'none' }
-  | ({ readonly status: 'active'; readonly clientId: string; readonly tenantId: number; readonly secretHash: string } & ClientSettings);
+  | ({
+      readonly status: 'active';
+      readonly clientId: string;
+      readonly tenantId: number;
+      readonly secretHash: string;
+    } & ClientSettings);
 
 export type ClientCommand =
   | ({
@@ -32,7 +40,10 @@ export type ClientCommand =
   | { readonly type: 'RotateApiClientSecret'; readonly secretHash: string; readonly now: string }
   | ({ readonly type: 'ConfigureApiClient'; readonly now: string } & ClientSettings);
 
-const settingsOf = (s: ClientSettings): ClientSettings => ({ scopes: [...s.scopes], projects: [...s.projects] });
+const settingsOf = (s: ClientSettings): ClientSettings => ({
+  scopes: [...s.scopes],
+  projects: [...s.projects],
+});
 
 export const clientDecider: Decider<ClientCommand, ApiClient, ClientEvent> = {
   initialState: { status: 'none' },
@@ -74,18 +85,28 @@ export const clientDecider: Decider<ClientCommand, ApiClient, ClientEvent> = {
           },
         ];
       case 'RotateApiClientSecret':
-        if (state.status === 'none') throw new DomainError('not_found', 'ApiClientNotFound', 'no such client');
+        if (state.status === 'none')
+          throw new DomainError('not_found', 'ApiClientNotFound', 'no such client');
         return [
-          { type: 'ApiClientSecretRotated', data: { clientId: state.clientId, secretHash: command.secretHash, at: command.now } },
+          {
+            type: 'ApiClientSecretRotated',
+            data: { clientId: state.clientId, secretHash: command.secretHash, at: command.now },
+          },
         ];
       case 'ConfigureApiClient':
-        if (state.status === 'none') throw new DomainError('not_found', 'ApiClientNotFound', 'no such client');
+        if (state.status === 'none')
+          throw new DomainError('not_found', 'ApiClientNotFound', 'no such client');
         if (
           JSON.stringify(state.scopes) === JSON.stringify(command.scopes) &&
           JSON.stringify(state.projects) === JSON.stringify(command.projects)
         )
           return [];
-        return [{ type: 'ApiClientSettingsChanged', data: { clientId: state.clientId, at: command.now, ...settingsOf(command) } }];
+        return [
+          {
+            type: 'ApiClientSettingsChanged',
+            data: { clientId: state.clientId, at: command.now, ...settingsOf(command) },
+          },
+        ];
       default: {
         const _exhaustive: never = command;
         return [];

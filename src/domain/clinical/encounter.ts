@@ -2,7 +2,7 @@
  * Encounter aggregate, the part the session interface needs (issue 2): registered in a tenant with
  * identifiers and its subject Patient, found by identifier. Stream `Encounter-<id>`.
  */
-import { DomainError, type Decider, type Event } from '../decider.js';
+import { type Decider, DomainError, type Event } from '../decider.js';
 import type { Identifier } from './identifier.js';
 
 export interface EncounterRegisteredData {

@@ -2,7 +2,7 @@
  * Practitioner aggregate, the part the session interface needs (issue 2): the session user,
  * registered in a tenant with identifiers, found by identifier. Stream `Practitioner-<id>`.
  */
-import { DomainError, type Decider, type Event } from '../decider.js';
+import { type Decider, DomainError, type Event } from '../decider.js';
 import type { Identifier } from './identifier.js';
 
 export interface PractitionerRegisteredData {
@@ -44,7 +44,11 @@ export const practitionerDecider: Decider<PractitionerCommand, Practitioner, Pra
   },
   decide: (command, state) => {
     if (state.status !== 'none')
-      throw new DomainError('conflict', 'PractitionerExists', `Practitioner/${command.practitionerId} already exists`);
+      throw new DomainError(
+        'conflict',
+        'PractitionerExists',
+        `Practitioner/${command.practitionerId} already exists`,
+      );
     const { type: _type, ...data } = command;
     return [{ type: 'PractitionerRegistered', data: { ...data, identifier: [...command.identifier] } }];
   },

@@ -4,7 +4,7 @@
  * with the expected state `no_stream` (or the released revision), never by checking a read model.
  */
 import { createHash } from 'node:crypto';
-import { DomainError, type Decider, type Event } from '../decider.js';
+import { type Decider, DomainError, type Event } from '../decider.js';
 
 export type ReservationEvent =
   | Event<'ReservationClaimed', { key: string; ownerType: string; ownerId: string; at: string }>
@@ -12,18 +12,39 @@ export type ReservationEvent =
 
 export type Reservation =
   | { readonly status: 'free' }
-  | { readonly status: 'claimed'; readonly key: string; readonly ownerType: string; readonly ownerId: string };
+  | {
+      readonly status: 'claimed';
+      readonly key: string;
+      readonly ownerType: string;
+      readonly ownerId: string;
+    };
 
 export type ReservationCommand =
-  | { readonly type: 'ClaimReservation'; readonly key: string; readonly ownerType: string; readonly ownerId: string; readonly now: string }
-  | { readonly type: 'ReleaseReservation'; readonly ownerType: string; readonly ownerId: string; readonly now: string };
+  | {
+      readonly type: 'ClaimReservation';
+      readonly key: string;
+      readonly ownerType: string;
+      readonly ownerId: string;
+      readonly now: string;
+    }
+  | {
+      readonly type: 'ReleaseReservation';
+      readonly ownerType: string;
+      readonly ownerId: string;
+      readonly now: string;
+    };
 
 export const reservationDecider: Decider<ReservationCommand, Reservation, ReservationEvent> = {
   initialState: { status: 'free' },
   evolve: (state, event) => {
     switch (event.type) {
       case 'ReservationClaimed':
-        return { status: 'claimed', key: event.data.key, ownerType: event.data.ownerType, ownerId: event.data.ownerId };
+        return {
+          status: 'claimed',
+          key: event.data.key,
+          ownerType: event.data.ownerType,
+          ownerId: event.data.ownerId,
+        };
       case 'ReservationReleased':
         return { status: 'free' };
       default: {
@@ -37,16 +58,29 @@ export const reservationDecider: Decider<ReservationCommand, Reservation, Reserv
       case 'ClaimReservation':
         if (state.status === 'claimed') {
           if (state.ownerType === command.ownerType && state.ownerId === command.ownerId) return [];
-          throw new DomainError('conflict', 'ReservationTaken', `already reserved by ${state.ownerType}/${state.ownerId}`);
+          throw new DomainError(
+            'conflict',
+            'ReservationTaken',
+            `already reserved by ${state.ownerType}/${state.ownerId}`,
+          );
         }
         return [
           {
             type: 'ReservationClaimed',
-            data: { key: command.key, ownerType: command.ownerType, ownerId: command.ownerId, at: command.now },
+            data: {
+              key: command.key,
+              ownerType: command.ownerType,
+              ownerId: command.ownerId,
+              at: command.now,
+            },
           },
         ];
       case 'ReleaseReservation':
-        if (state.status !== 'claimed' || state.ownerType !== command.ownerType || state.ownerId !== command.ownerId)
+        if (
+          state.status !== 'claimed' ||
+          state.ownerType !== command.ownerType ||
+          state.ownerId !== command.ownerId
+        )
           return [];
         return [
           {
@@ -73,5 +107,9 @@ export const reservationStream = (key: string): string =>
 export const tenantNameKey = (name: string): string => `tenant-name:${name.trim().toLowerCase()}`;
 
 /** Reservation key of a resource identifier within a tenant: `<type>-identifier:<tenant>:<system>|<value>`. */
-export const identifierKey = (resourceType: string, tenantId: number, system: string, value: string): string =>
-  `${resourceType}-identifier:${tenantId}:${system}|${value}`;
+export const identifierKey = (
+  resourceType: string,
+  tenantId: number,
+  system: string,
+  value: string,
+): string => `${resourceType}-identifier:${tenantId}:${system}|${value}`;

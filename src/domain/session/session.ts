@@ -6,7 +6,7 @@
  * the cookie stops working at once); 7.5 days after creation it is expired whatever its state.
  * Tokens and cookies are stored only as SHA-256 hashes (DESIGN.md §4).
  */
-import { DomainError, type Decider, type Event } from '../decider.js';
+import { type Decider, DomainError, type Event } from '../decider.js';
 
 /** spec §8: handover token lifetime. */
 export const HANDOVER_TOKEN_LIFETIME_MS = 5 * 60 * 1000;
@@ -61,7 +61,11 @@ export type SessionCommand =
   | { readonly type: 'EndSession'; readonly tenantId: number; readonly now: string };
 
 const invalidToken = () =>
-  new DomainError('unauthorized', 'HandoverTokenInvalid', 'the handover token is not valid (unknown, or already used)');
+  new DomainError(
+    'unauthorized',
+    'HandoverTokenInvalid',
+    'the handover token is not valid (unknown, or already used)',
+  );
 
 /** True when the session is past its 7.5-day lifetime at `now` (ISO-8601). */
 export const isExpired = (session: { expiresAt: string }, now: string): boolean =>
@@ -82,11 +86,23 @@ export const sessionDecider: Decider<SessionCommand, Session, SessionEvent> = {
       case 'SessionHandedOver':
         return state.status === 'none'
           ? state
-          : { ...state, status: 'active', currentTokenHash: null, cookieHash: event.data.cookieHash, lastModifiedAt: event.data.at };
+          : {
+              ...state,
+              status: 'active',
+              currentTokenHash: null,
+              cookieHash: event.data.cookieHash,
+              lastModifiedAt: event.data.at,
+            };
       case 'SessionEnded':
         return state.status === 'none'
           ? state
-          : { ...state, status: 'ended', currentTokenHash: null, cookieHash: null, lastModifiedAt: event.data.at };
+          : {
+              ...state,
+              status: 'ended',
+              currentTokenHash: null,
+              cookieHash: null,
+              lastModifiedAt: event.data.at,
+            };
       default: {
         const _exhaustive: never = event;
         return state;
@@ -96,7 +112,8 @@ export const sessionDecider: Decider<SessionCommand, Session, SessionEvent> = {
   decide: (command, state) => {
     switch (command.type) {
       case 'CreateSession': {
-        if (state.status !== 'none') throw new DomainError('conflict', 'SessionExists', 'the session already exists');
+        if (state.status !== 'none')
+          throw new DomainError('conflict', 'SessionExists', 'the session already exists');
         const created = Date.parse(command.createdAt);
         const { type: _type, ...data } = command;
         return [
@@ -116,11 +133,18 @@ export const sessionDecider: Decider<SessionCommand, Session, SessionEvent> = {
         if (state.status === 'none' || state.currentTokenHash === null) throw invalidToken();
         if (state.currentTokenHash !== command.tokenHash) throw invalidToken();
         if (Date.parse(command.now) >= Date.parse(state.handoverExpiresAt))
-          throw new DomainError('unauthorized', 'HandoverTokenExpired', 'the handover token has expired (tokens are valid for 5 minutes)');
+          throw new DomainError(
+            'unauthorized',
+            'HandoverTokenExpired',
+            'the handover token has expired (tokens are valid for 5 minutes)',
+          );
         if (isExpired(state, command.now))
           throw new DomainError('unauthorized', 'SessionExpired', 'the session has expired');
         return [
-          { type: 'SessionHandedOver', data: { sessionId: state.sessionId, cookieHash: command.cookieHash, at: command.now } },
+          {
+            type: 'SessionHandedOver',
+            data: { sessionId: state.sessionId, cookieHash: command.cookieHash, at: command.now },
+          },
         ];
       }
       case 'EndSession': {
@@ -128,7 +152,9 @@ export const sessionDecider: Decider<SessionCommand, Session, SessionEvent> = {
         if (state.status === 'none' || state.tenantId !== command.tenantId)
           throw new DomainError('not_found', 'SessionNotFound', 'no such session in this data tenant');
         if (state.status === 'ended') return [];
-        return [{ type: 'SessionEnded', data: { sessionId: state.sessionId, reason: 'deleted', at: command.now } }];
+        return [
+          { type: 'SessionEnded', data: { sessionId: state.sessionId, reason: 'deleted', at: command.now } },
+        ];
       }
       default: {
         const _exhaustive: never = command;

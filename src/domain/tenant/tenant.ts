@@ -2,7 +2,7 @@
  * Data tenant aggregate (issue 2 §4): a name, an `ehr_managed` flag, the scopes sessions may be
  * granted (spec §5.3 rule 1) and the origins redirects may go to (DESIGN.md §4). Stream `tenant-<id>`.
  */
-import { DomainError, type Decider, type Event } from '../decider.js';
+import { type Decider, DomainError, type Event } from '../decider.js';
 
 export interface TenantSettings {
   readonly ehrManaged: boolean;
@@ -21,7 +21,12 @@ export type Tenant =
   | ({ readonly status: 'active'; readonly tenantId: number; readonly name: string } & TenantSettings);
 
 export type TenantCommand =
-  | ({ readonly type: 'CreateTenant'; readonly tenantId: number; readonly name: string; readonly now: string } & TenantSettings)
+  | ({
+      readonly type: 'CreateTenant';
+      readonly tenantId: number;
+      readonly name: string;
+      readonly now: string;
+    } & TenantSettings)
   | ({ readonly type: 'ConfigureTenant'; readonly now: string } & TenantSettings);
 
 const sameSettings = (a: TenantSettings, b: TenantSettings): boolean =>
@@ -40,7 +45,12 @@ export const tenantDecider: Decider<TenantCommand, Tenant, TenantEvent> = {
   evolve: (state, event) => {
     switch (event.type) {
       case 'TenantCreated':
-        return { status: 'active', tenantId: event.data.tenantId, name: event.data.name, ...settingsOf(event.data) };
+        return {
+          status: 'active',
+          tenantId: event.data.tenantId,
+          name: event.data.name,
+          ...settingsOf(event.data),
+        };
       case 'TenantSettingsChanged':
         return state.status === 'active' ? { ...state, ...settingsOf(event.data) } : state;
       default: {
@@ -52,17 +62,28 @@ export const tenantDecider: Decider<TenantCommand, Tenant, TenantEvent> = {
   decide: (command, state) => {
     switch (command.type) {
       case 'CreateTenant':
-        if (state.status !== 'none') throw new DomainError('conflict', 'TenantExists', 'the tenant already exists');
+        if (state.status !== 'none')
+          throw new DomainError('conflict', 'TenantExists', 'the tenant already exists');
         return [
           {
             type: 'TenantCreated',
-            data: { tenantId: command.tenantId, name: command.name, createdAt: command.now, ...settingsOf(command) },
+            data: {
+              tenantId: command.tenantId,
+              name: command.name,
+              createdAt: command.now,
+              ...settingsOf(command),
+            },
           },
         ];
       case 'ConfigureTenant':
         if (state.status === 'none') throw new DomainError('not_found', 'TenantNotFound', 'no such tenant');
         if (sameSettings(state, command)) return [];
-        return [{ type: 'TenantSettingsChanged', data: { tenantId: state.tenantId, at: command.now, ...settingsOf(command) } }];
+        return [
+          {
+            type: 'TenantSettingsChanged',
+            data: { tenantId: state.tenantId, at: command.now, ...settingsOf(command) },
+          },
+        ];
       default: {
         const _exhaustive: never = command;
         return [];

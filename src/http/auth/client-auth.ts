@@ -6,9 +6,9 @@
  */
 import basicAuth from 'basic-auth';
 import type { Context } from 'koa';
-import type { Sql } from '../../db/sql.js';
-import type { ClientPrincipal } from '../../commands/sessions.js';
 import { hashToken, verifySecret } from '../../commands/secrets.js';
+import type { ClientPrincipal } from '../../commands/sessions.js';
+import type { Sql } from '../../db/sql.js';
 import { HttpError } from '../errors.js';
 
 const CACHE_TTL_MS = 60_000;
@@ -16,7 +16,9 @@ const CACHE_MAX = 1000;
 const verified = new Map<string, number>();
 
 const unauthorized = (message: string) =>
-  new HttpError(401, 'InvalidClientCredentials', message, { 'WWW-Authenticate': 'Basic realm="casebook", charset="UTF-8"' });
+  new HttpError(401, 'InvalidClientCredentials', message, {
+    'WWW-Authenticate': 'Basic realm="casebook", charset="UTF-8"',
+  });
 
 /**
  * Authenticates the request's API client.
@@ -24,19 +26,31 @@ const unauthorized = (message: string) =>
  */
 export const authenticateClient = async (ctx: Context, sql: Sql): Promise<ClientPrincipal> => {
   const credentials = basicAuth(ctx.req);
-  if (!credentials) throw unauthorized('client credentials are required (HTTP Basic client_id:client_secret)');
-  const rows = await sql.query<{ client_id: string; tenant_id: number; secret_hash: string; scopes: string[]; projects: string[] }>(
-    `SELECT client_id, tenant_id, secret_hash, scopes, projects FROM rm_api_clients WHERE client_id = $1`,
-    [credentials.name],
-  );
+  if (!credentials)
+    throw unauthorized('client credentials are required (HTTP Basic client_id:client_secret)');
+  const rows = await sql.query<{
+    client_id: string;
+    tenant_id: number;
+    secret_hash: string;
+    scopes: string[];
+    projects: string[];
+  }>(`SELECT client_id, tenant_id, secret_hash, scopes, projects FROM rm_api_clients WHERE client_id = $1`, [
+    credentials.name,
+  ]);
   const row = rows[0];
   if (!row) throw unauthorized('unknown client or wrong secret');
   const key = `${row.client_id}:${hashToken(credentials.pass)}:${row.secret_hash}`;
   const cachedAt = verified.get(key);
   if (cachedAt === undefined || Date.now() - cachedAt > CACHE_TTL_MS) {
-    if (!(await verifySecret(credentials.pass, row.secret_hash))) throw unauthorized('unknown client or wrong secret');
+    if (!(await verifySecret(credentials.pass, row.secret_hash)))
+      throw unauthorized('unknown client or wrong secret');
     if (verified.size >= CACHE_MAX) verified.clear();
     verified.set(key, Date.now());
   }
-  return { clientId: row.client_id, tenantId: Number(row.tenant_id), scopes: row.scopes, projects: row.projects };
+  return {
+    clientId: row.client_id,
+    tenantId: Number(row.tenant_id),
+    scopes: row.scopes,
+    projects: row.projects,
+  };
 };

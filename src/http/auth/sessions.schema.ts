@@ -20,7 +20,10 @@ const contextItem = z
     type: z.enum(['Patient', 'Encounter', 'Practitioner']),
     role: z
       .string()
-      .regex(ROLE_PATTERN, 'role must be https://<service-domain>/fhir/role/new or …/fhir/role/find (or omitted)')
+      .regex(
+        ROLE_PATTERN,
+        'role must be https://<service-domain>/fhir/role/new or …/fhir/role/find (or omitted)',
+      )
       .optional(),
   })
   .strict()

@@ -6,7 +6,7 @@ import { parseCookie, stringifySetCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { hashToken } from '../../commands/secrets.js';
-import { createSession, type CreatedSession, endSession, handOverSession } from '../../commands/sessions.js';
+import { type CreatedSession, createSession, endSession, handOverSession } from '../../commands/sessions.js';
 import { findSession, findSessionByCookie, type SessionRow } from '../../projections/sessions.js';
 import { HttpError } from '../errors.js';
 import { authenticateClient } from './client-auth.js';
@@ -15,7 +15,8 @@ import { createSessionBody, handoverParams } from './sessions.schema.js';
 /** spec §4.1 rule 3, §5 rule 2: the session cookie's name. */
 export const SESSION_COOKIE = 'auth_session';
 
-const reference = (type: string, id: number | null) => (id === null ? null : { type, reference: `${type}/${id}` });
+const reference = (type: string, id: number | null) =>
+  id === null ? null : { type, reference: `${type}/${id}` };
 
 /** spec §2.3: the 201 body, exactly these fields. */
 const createdBody = (s: CreatedSession) => ({
@@ -50,7 +51,11 @@ export const sessionBody = (s: SessionRow, now: Date) => ({
 const sessionIdParam = (ctx: Context): number => {
   const raw = (ctx.params as { id?: string }).id ?? '';
   if (!/^\d{1,10}$/.test(raw) || Number(raw) > 2_147_483_647)
-    throw new HttpError(404, 'SessionNotFound', 'no such session in this data tenant (session ids are integers)');
+    throw new HttpError(
+      404,
+      'SessionNotFound',
+      'no such session in this data tenant (session ids are integers)',
+    );
   return Number(raw);
 };
 
@@ -81,7 +86,11 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   router.post('/sessions', async (ctx) => {
     const client = await authenticateClient(ctx, casebook.sql);
     if (!ctx.is('application/json'))
-      throw new HttpError(415, 'UnsupportedMediaType', 'POST /sessions takes a JSON body (Content-Type: application/json)');
+      throw new HttpError(
+        415,
+        'UnsupportedMediaType',
+        'POST /sessions takes a JSON body (Content-Type: application/json)',
+      );
     const body = createSessionBody.parse(ctx.request.body);
     const command = casebook.context({
       tenantId: client.tenantId,
@@ -111,7 +120,11 @@ export const sessionsRouter = (casebook: Casebook): Router => {
 
   const handover = async (ctx: Context, params: unknown) => {
     const { token, next } = handoverParams.parse(params);
-    const command = casebook.context({ tenantId: null, actor: { type: 'system', id: 'handover' }, requestId: requestId(ctx) });
+    const command = casebook.context({
+      tenantId: null,
+      actor: { type: 'system', id: 'handover' },
+      requestId: requestId(ctx),
+    });
     const result = await handOverSession(command, token, next, globalRedirectOrigins(casebook));
     ctx.status = 303;
     ctx.set('Cache-Control', 'no-store');
@@ -132,7 +145,11 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   router.get('/sessions/$handover', (ctx) => handover(ctx, ctx.query));
   router.post('/sessions/$handover', (ctx) => {
     if (!ctx.is('application/x-www-form-urlencoded', 'application/json'))
-      throw new HttpError(415, 'UnsupportedMediaType', 'POST /sessions/$handover takes a form-encoded body with token and next');
+      throw new HttpError(
+        415,
+        'UnsupportedMediaType',
+        'POST /sessions/$handover takes a form-encoded body with token and next',
+      );
     return handover(ctx, ctx.request.body);
   });
 

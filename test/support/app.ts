@@ -1,0 +1,121 @@
+/**
+ * A running casebook for integration tests: real database (PGlite or Postgres), real event store,
+ * real projection runner, real HTTP server on an ephemeral port, and a clock tests can move.
+ */
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pino from 'pino';
+import { type Casebook, openCasebook } from '../../src/casebook.js';
+import { applySeed, type Seed } from '../../src/commands/seed.js';
+import { loadConfig } from '../../src/config.js';
+import type { RecordedEvent } from '../../src/eventstore/port.js';
+import { createHttpApp } from '../../src/http/app.js';
+import type { TestDatabase } from './databases.js';
+
+export interface TestApp {
+  readonly casebook: Casebook;
+  readonly baseUrl: string;
+  readonly authUrl: string;
+  /** Moves the clock forward by `ms` milliseconds. */
+  advance(ms: number): void;
+  /** Every event of `$all`, in order. */
+  allEvents(): Promise<RecordedEvent[]>;
+  close(): Promise<void>;
+}
+
+/** Starts casebook on `database` with the clock at `start`. */
+export const startTestApp = async (
+  database: TestDatabase,
+  options: { start?: Date; env?: Record<string, string> } = {},
+): Promise<TestApp> => {
+  const opened = await database.open();
+  let now = (options.start ?? new Date('2026-03-01T10:00:00.000Z')).getTime();
+  // The public URLs need the port, so listen first on a bare server, then attach the app.
+  const bare: Server = createServer();
+  bare.listen(0, '127.0.0.1');
+  await once(bare, 'listening');
+  const port = (bare.address() as AddressInfo).port;
+  const config = loadConfig({
+    ...options.env,
+    PORT: String(port),
+    DATA_DIR: 'memory://',
+    LOG_LEVEL: 'silent',
+  });
+  const casebook = await openCasebook(config, {
+    sql: opened.sql,
+    clock: () => new Date(now),
+    logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
+  });
+  bare.on('request', createHttpApp(casebook).callback());
+  const baseUrl = `http://127.0.0.1:${port}`;
+  return {
+    casebook,
+    baseUrl,
+    authUrl: config.authUrl.replace('localhost', '127.0.0.1'),
+    advance: (ms) => {
+      now += ms;
+    },
+    allEvents: async () => {
+      const events: RecordedEvent[] = [];
+      let from: RecordedEvent['position'] | undefined;
+      for (;;) {
+        const page = await casebook.store.readAll({ ...(from ? { from } : {}), maxCount: 1000 });
+        if (page.length === 0) return events;
+        events.push(...page);
+        from = page.at(-1)!.position;
+      }
+    },
+    close: async () => {
+      bare.closeAllConnections();
+      bare.close();
+      await casebook.close();
+      await opened.dispose();
+    },
+  };
+};
+
+/** The standard seed of the HTTP tests: a regular and an EHR-managed tenant, each with a client. */
+export const TEST_SEED: Seed = {
+  tenants: [
+    {
+      name: 'General Hospital',
+      ehr_managed: false,
+      allowed_scopes: ['patient/*.*', 'user/*.*'],
+      redirect_origins: ['https://ehr.example.org'],
+      clients: [
+        {
+          client_id: 'ehr-backend',
+          client_secret: 'general-secret-0123456789',
+          scopes: ['system/*.*'],
+          projects: ['radiology'],
+        },
+      ],
+      questionnaires: [],
+    },
+    {
+      name: 'Managed Clinic',
+      ehr_managed: true,
+      allowed_scopes: ['system/*.*', 'user/*.*', 'patient/*.*'],
+      redirect_origins: [],
+      clients: [
+        {
+          client_id: 'managed-ehr',
+          client_secret: 'managed-secret-0123456789',
+          scopes: ['system/*.*'],
+          projects: ['cardiology'],
+        },
+      ],
+      questionnaires: [],
+    },
+  ],
+};
+
+export const seed = (app: TestApp, s: Seed = TEST_SEED) => applySeed(app.casebook, s);
+
+/** `Authorization: Basic …` for a client. */
+export const basic = (clientId: string, secret: string): string =>
+  `Basic ${Buffer.from(`${clientId}:${secret}`).toString('base64')}`;
+
+export const GENERAL = basic('ehr-backend', 'general-secret-0123456789');
+export const MANAGED = basic('managed-ehr', 'managed-secret-0123456789');
