@@ -1,0 +1,165 @@
+/**
+ * The `casebook` CLI as an operator runs it (issue 2 §3–4): tenants and clients with JSON output,
+ * an idempotent seed file, replay with progress, events export. Real processes on the Postgres
+ * server (the embedded default is covered by the README walkthrough test).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { PostgresSql } from '../../src/db/sql.js';
+import { POSTGRES_TEST_URL } from '../support/databases.js';
+import { cli } from '../support/process.js';
+
+describe('casebook CLI on the Postgres server', function () {
+  this.timeout(120_000);
+  const schema = `c_${randomBytes(5).toString('hex')}`;
+  const url = new URL(POSTGRES_TEST_URL);
+  url.searchParams.set('options', `-c search_path=${schema}`);
+  const env = { DATABASE_URL: url.toString() };
+  const dir = mkdtempSync(join(tmpdir(), 'casebook-cli-'));
+
+  before(async () => {
+    const admin = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+    await admin.exec(`CREATE SCHEMA ${schema}`);
+    await admin.close();
+  });
+  after(async () => {
+    rmSync(dir, { recursive: true, force: true });
+    const admin = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+    await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await admin.close();
+  });
+
+  const exportAll = async () =>
+    (await cli(['events', 'export'], env))
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map(
+        (l) =>
+          JSON.parse(l) as {
+            type: string;
+            stream: string;
+            metadata: { actor: { type: string; id: string } };
+          },
+      );
+
+  it('creates a tenant and a client and prints them as JSON', async () => {
+    const tenant = JSON.parse(
+      await cli(
+        [
+          'tenants',
+          'create',
+          '--name',
+          'Cli Hospital',
+          '--allowed-scopes',
+          'user/*.read',
+          '--redirect-origin',
+          'https://ehr.cli.example',
+        ],
+        env,
+      ),
+    );
+    expect(tenant).to.deep.equal({
+      id: 1,
+      name: 'Cli Hospital',
+      ehr_managed: false,
+      allowed_scopes: ['user/*.read'],
+      redirect_origins: ['https://ehr.cli.example'],
+    });
+    const client = JSON.parse(
+      await cli(
+        ['clients', 'create', '--tenant', '1', '--client-id', 'cli-ehr', '--project', 'radiology'],
+        env,
+      ),
+    );
+    expect(client.client_id).to.equal('cli-ehr');
+    expect(client.client_secret).to.match(/^[\w-]{43}$/);
+    expect(client.projects).to.deep.equal(['radiology']);
+    const listed = JSON.parse(await cli(['clients', 'list'], env));
+    expect(listed.map((c: { client_id: string }) => c.client_id)).to.deep.equal(['cli-ehr']);
+    expect(JSON.stringify(listed)).not.to.include(client.client_secret);
+    const events = await exportAll();
+    expect(events.map((e) => e.type)).to.deep.equal([
+      'ReservationClaimed',
+      'TenantCreated',
+      'ApiClientRegistered',
+    ]);
+    expect(events[2]!.metadata.actor.id).to.match(/^cli:/);
+    expect(JSON.stringify(events)).not.to.include(client.client_secret);
+  });
+
+  it('refuses a duplicate tenant name and a weak secret with a message and exit code 1', async () => {
+    const duplicate = await cli(['tenants', 'create', '--name', 'cli hospital'], env).then(
+      () => 'succeeded',
+      (error: { code: number; stderr: string }) => `${error.code}: ${error.stderr}`,
+    );
+    expect(duplicate).to.match(/^1: .*tenant named "cli hospital" exists/);
+    const weak = await cli(
+      ['clients', 'create', '--tenant', '1', '--client-id', 'weak', '--secret', 'short'],
+      env,
+    ).then(
+      () => 'succeeded',
+      (error: { code: number; stderr: string }) => `${error.code}: ${error.stderr}`,
+    );
+    expect(weak).to.match(/^1: .*at least 16 characters/);
+  });
+
+  it('applies a seed file idempotently', async () => {
+    const file = join(dir, 'seed.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        tenants: [
+          {
+            name: 'Seeded Hospital',
+            allowed_scopes: 'patient/*.* user/*.*',
+            clients: [
+              {
+                client_id: 'seeded-ehr',
+                client_secret: 's3cret-at-least-16',
+                scopes: 'system/*.*',
+                projects: ['radiology'],
+              },
+            ],
+          },
+        ],
+      }),
+    );
+    const first = JSON.parse(await cli(['seed', file], env));
+    expect(first).to.deep.equal({
+      tenants: [{ name: 'Seeded Hospital', id: 2, created: true }],
+      clients: [{ clientId: 'seeded-ehr', created: true }],
+    });
+    const before = (await exportAll()).length;
+    const second = JSON.parse(await cli(['seed', file], env));
+    expect(second).to.deep.equal({
+      tenants: [{ name: 'Seeded Hospital', id: 2, created: false }],
+      clients: [{ clientId: 'seeded-ehr', created: false }],
+    });
+    expect((await exportAll()).length).to.equal(before);
+  });
+
+  it('replays the log into identical read models', async () => {
+    const snapshot = async () => {
+      const sql = new PostgresSql(env.DATABASE_URL, { max: 1 });
+      try {
+        return JSON.stringify([
+          await sql.query(`SELECT * FROM rm_tenants ORDER BY id`),
+          await sql.query(
+            `SELECT client_id, tenant_id, scopes, projects FROM rm_api_clients ORDER BY client_id`,
+          ),
+        ]);
+      } finally {
+        await sql.close();
+      }
+    };
+    const before = await snapshot();
+    const out = await cli(['replay'], env);
+    const result = JSON.parse(out.slice(out.indexOf('{')));
+    expect(result.replayed).to.equal((await exportAll()).length);
+    expect(await snapshot()).to.equal(before);
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * The README quick start and walkthrough, end to end with real processes: `npm start` on the
+ * embedded default (and on the Postgres server), scripts/walkthrough.sh against it, then the
+ * CLI's event export of the session stream.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { PostgresSql } from '../../src/db/sql.js';
+import { POSTGRES_TEST_URL } from '../support/databases.js';
+import { cli, script, startServer } from '../support/process.js';
+
+interface Leg {
+  readonly name: string;
+  setup(): Promise<{ env: Record<string, string>; dispose: () => Promise<void> }>;
+}
+
+const legs: Leg[] = [
+  {
+    name: 'the embedded default (PGlite in DATA_DIR)',
+    async setup() {
+      const dir = mkdtempSync(join(tmpdir(), 'casebook-'));
+      return { env: { DATA_DIR: dir }, dispose: async () => rmSync(dir, { recursive: true, force: true }) };
+    },
+  },
+  {
+    name: 'the Postgres server (DATABASE_URL)',
+    async setup() {
+      const schema = `w_${randomBytes(5).toString('hex')}`;
+      const admin = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+      await admin.exec(`CREATE SCHEMA ${schema}`);
+      await admin.close();
+      const url = new URL(POSTGRES_TEST_URL);
+      url.searchParams.set('options', `-c search_path=${schema}`);
+      return {
+        env: { DATABASE_URL: url.toString() },
+        dispose: async () => {
+          const cleanup = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+          await cleanup.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+          await cleanup.close();
+        },
+      };
+    },
+  },
+];
+
+for (const leg of legs) {
+  describe(`README walkthrough on ${leg.name}`, function () {
+    this.timeout(120_000);
+
+    it('creates, hands over, reads and deletes a session; the event log shows every step', async () => {
+      const { env, dispose } = await leg.setup();
+      try {
+        const server = await startServer(env);
+        let sessionId: string;
+        try {
+          const secret = /export CASEBOOK_CLIENT_SECRET=(\S+)/.exec(server.output())?.[1];
+          expect(secret, server.output()).to.be.a('string');
+          expect(server.output()).to.include('export CASEBOOK_CLIENT_ID=demo-ehr');
+          const base = `http://localhost:${server.port}`;
+          const out = await script('scripts/walkthrough.sh', {
+            CASEBOOK_CLIENT_ID: 'demo-ehr',
+            CASEBOOK_CLIENT_SECRET: secret!,
+            CASEBOOK_AUTH_URL: `${base}/auth`,
+            CASEBOOK_APP_URL: `${base}/app`,
+          });
+          expect(out).to.match(/"handover_token":"\d+\.[\w-]{43}"/);
+          expect(out).to.match(/HTTP\/1\.1 303/);
+          expect(out).to.match(
+            /set-cookie: auth_session=[\w-]+; Path=\/; Expires=[^;]+; HttpOnly; Secure; SameSite=Strict/i,
+          );
+          expect(out).to.match(/"active":true/);
+          expect(out).to.include('HTTP 204');
+          expect(out.match(/HTTP 401/g)).to.have.length(2);
+          sessionId = /"id":(\d+)/.exec(out)![1]!;
+        } finally {
+          await server.stop();
+        }
+        const exported = (await cli(['events', 'export', '--stream', `session-${sessionId}`], env))
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line));
+        expect(exported.map((e) => e.type)).to.deep.equal([
+          'SessionCreated',
+          'SessionHandedOver',
+          'SessionEnded',
+        ]);
+        expect(exported.map((e) => e.metadata.actor)).to.deep.equal([
+          { type: 'client', id: 'demo-ehr' },
+          { type: 'session', id: sessionId },
+          { type: 'client', id: 'demo-ehr' },
+        ]);
+        for (const e of exported) {
+          expect(e.metadata.tenantId).to.equal(1);
+          expect(e.metadata.correlationId).to.be.a('string').and.not.empty;
+          expect(Date.parse(e.metadata.recordedAt)).to.be.a('number').and.not.NaN;
+        }
+      } finally {
+        await dispose();
+      }
+    });
+  });
+}
