@@ -1,0 +1,31 @@
+# casebook: one image for every role (serve, project, export, CLI). Configuration via environment
+# variables (DESIGN.md §5); see docker-compose.yml for a Postgres + KurrentDB setup.
+FROM node:20-bookworm-slim
+
+ENV NODE_ENV=production \
+    NPM_CONFIG_UPDATE_NOTIFIER=false \
+    NPM_CONFIG_FUND=false \
+    NPM_CONFIG_AUDIT=false \
+    PORT=8080
+
+WORKDIR /app
+
+# Dependencies first, so source changes reuse this layer. tsx (which runs the TypeScript sources)
+# is a runtime dependency, so the dev tools (typescript, biome, mocha) can be left out.
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev && npm cache clean --force
+
+COPY tsconfig.json ./
+COPY src ./src
+
+# Run as the image's unprivileged `node` user; ./data (DATA_DIR, the embedded PGlite store used
+# when DATABASE_URL is unset) must be writable by it. Mount a volume there to keep it.
+RUN mkdir -p /app/data && chown node:node /app/data
+USER node
+
+EXPOSE 8080
+
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 8080) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+
+CMD ["npm", "start"]
