@@ -84,6 +84,9 @@ export class ProjectionRunner {
       const checkpoints = await this.checkpoints(tx);
       for (const projection of this.projections) {
         const checkpoint = checkpoints.get(projection.name);
+        // A projection already past this batch (others are catching up) keeps its checkpoint:
+        // checkpoints only move forward, so no event is ever applied twice.
+        if (checkpoint && comparePositions(checkpoint, last.position) >= 0) continue;
         for (const event of events) {
           if (checkpoint && comparePositions(event.position, checkpoint) <= 0) continue;
           await projection.apply(event, tx);
