@@ -151,7 +151,11 @@ export interface EventStore {
    * @throws {WrongExpectedVersion} the stream is not in the expected state; nothing written.
    * @throws {EventIdConflict} an id is stored elsewhere; nothing written.
    */
-  append(streamName: string, events: readonly NewEvent[], expectedState: ExpectedState): Promise<AppendResult>;
+  append(
+    streamName: string,
+    events: readonly NewEvent[],
+    expectedState: ExpectedState,
+  ): Promise<AppendResult>;
   /**
    * Appends to several streams atomically: all streams are written or none (one DB transaction on
    * the SQL adapters; KurrentDB's multi-stream append). Same errors as {@link append}.

@@ -18,8 +18,11 @@ import {
 } from '../eventstore/port.js';
 import type { Projection } from './projection.js';
 
-/** Advisory lock key of the projection runner ("casebook" projections). */
-const RUNNER_LOCK_KEY = 4_711_001;
+/**
+ * Advisory lock key of the projection runner. Advisory locks are database-wide, so the key names
+ * the schema: deployments (and test runs) in different schemas of one database elect separately.
+ */
+const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
 const CATCH_UP_PAGE = 500;
 const RETRY_DELAY_MS = 1000;
 
@@ -132,9 +135,9 @@ export class ProjectionRunner {
    */
   async rebuild(onProgress?: (applied: number, position: Position) => void): Promise<number> {
     return this.sql.withConnection(async (conn) => {
-      const [lock] = await conn.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock($1) AS ok`, [
-        RUNNER_LOCK_KEY,
-      ]);
+      const [lock] = await conn.query<{ ok: boolean }>(
+        `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
+      );
       if (!lock?.ok)
         throw new Error('a projection runner is active on this database: stop it before replaying');
       try {
@@ -146,7 +149,7 @@ export class ProjectionRunner {
         await this.migrate();
         return await this.catchUp(onProgress);
       } finally {
-        await conn.query(`SELECT pg_advisory_unlock($1)`, [RUNNER_LOCK_KEY]);
+        await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`);
       }
     });
   }
@@ -159,9 +162,9 @@ export class ProjectionRunner {
     this.loop = this.sql
       .withConnection(async (conn) => {
         while (!abort.signal.aborted) {
-          const [lock] = await conn.query<{ ok: boolean }>(`SELECT pg_try_advisory_lock($1) AS ok`, [
-            RUNNER_LOCK_KEY,
-          ]);
+          const [lock] = await conn.query<{ ok: boolean }>(
+            `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
+          );
           if (lock?.ok) break;
           await sleep(2000, abort.signal);
         }
@@ -171,7 +174,7 @@ export class ProjectionRunner {
           await this.follow(abort.signal);
         } finally {
           this.leader = false;
-          await conn.query(`SELECT pg_advisory_unlock($1)`, [RUNNER_LOCK_KEY]).catch(() => undefined);
+          await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`).catch(() => undefined);
         }
       })
       .catch((error: unknown) => {

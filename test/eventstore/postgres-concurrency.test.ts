@@ -1,0 +1,202 @@
+/**
+ * DESIGN.md §2: a `$all` subscriber on postgres never skips an event that commits out of order.
+ * Twenty appenders on their own pools append concurrently, some holding their transaction open
+ * (pg_sleep) after it took its xid, so transactions commit out of xid and position order, while
+ * one subscriber from the start collects everything.
+ */
+import { expect } from 'chai';
+import { v4 as uuid } from 'uuid';
+import type { Sql } from '../../src/db/sql.js';
+import {
+  comparePositions,
+  EventIdConflict,
+  type NewEvent,
+  type RecordedEvent,
+} from '../../src/eventstore/port.js';
+import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
+import { type OpenedDatabase, testDatabases } from '../support/databases.js';
+
+const APPENDERS = 20;
+const ITERATIONS = 25;
+const EVENTS_PER_ITERATION = 2;
+const STREAMS = Array.from({ length: 40 }, (_, i) => `concurrency-${i}-${uuid()}`);
+const TOTAL = APPENDERS * ITERATIONS * EVENTS_PER_ITERATION;
+
+const newEvent = (appender: number, iteration: number, n: number): NewEvent => ({
+  id: uuid(),
+  type: 'LoadTested',
+  data: { appender, iteration, n },
+  metadata: {
+    tenantId: 1,
+    actor: { type: 'system', id: `appender-${appender}` },
+    correlationId: uuid(),
+    causationId: null,
+    requestId: null,
+    recordedAt: new Date(0).toISOString(),
+  },
+});
+
+const pick = <T>(list: readonly T[]): T => list[Math.floor(Math.random() * list.length)]!;
+const sleepSeconds = () => (0.02 + Math.random() * 0.15).toFixed(3);
+
+/**
+ * One appender: its own pool and store; every 5th iteration holds its transaction open, either
+ * before appending (its xid is old when its events land) or after (its events commit late);
+ * every 4th iteration appends to two streams at once, in random order.
+ */
+const runAppender = async (sql: Sql, appender: number, appended: string[]): Promise<void> => {
+  const store = await SqlEventStore.open(sql);
+  try {
+    for (let iteration = 0; iteration < ITERATIONS; iteration++) {
+      const batch = Array.from({ length: EVENTS_PER_ITERATION }, (_, n) => newEvent(appender, iteration, n));
+      if (iteration % 5 === appender % 5) {
+        await sql.transaction(async (tx) => {
+          const inTransaction = await SqlEventStore.open(tx);
+          const sleepFirst = Math.random() < 0.5;
+          await tx.query('SELECT pg_current_xact_id()');
+          if (sleepFirst) await tx.query(`SELECT pg_sleep(${sleepSeconds()})`);
+          await inTransaction.append(pick(STREAMS), batch, 'any');
+          if (!sleepFirst) await tx.query(`SELECT pg_sleep(${sleepSeconds()})`);
+          await inTransaction.close();
+        });
+      } else if (iteration % 4 === 3) {
+        const first = pick(STREAMS);
+        const second = pick(STREAMS.filter((s) => s !== first));
+        await store.appendMany([
+          { streamName: first, events: batch.slice(0, 1), expectedState: 'any' },
+          { streamName: second, events: batch.slice(1), expectedState: 'any' },
+        ]);
+      } else {
+        await store.append(pick(STREAMS), batch, 'any');
+      }
+      appended.push(...batch.map((e) => e.id));
+    }
+  } finally {
+    await store.close();
+  }
+};
+
+describe('SqlEventStore on postgres under concurrent appends', function () {
+  this.timeout(30_000);
+  const postgres = testDatabases.find((d) => d.name === 'postgres')!;
+  let db: OpenedDatabase;
+
+  before(async () => {
+    db = await postgres.open();
+  });
+  after(async () => {
+    await db?.dispose();
+  });
+
+  it('delivers every event exactly once, in position order, equal to readAll from the start', async () => {
+    const store = await SqlEventStore.open(db.sql);
+    const controller = new AbortController();
+    const received: RecordedEvent[] = [];
+    const subscribing = (async () => {
+      for await (const event of store.subscribeToAll({ signal: controller.signal })) received.push(event);
+    })();
+
+    try {
+      const appended: string[] = [];
+      const pools = await Promise.all(Array.from({ length: APPENDERS }, () => db.reopen()));
+      await Promise.all(pools.map((sql, appender) => runAppender(sql, appender, appended)));
+      expect(appended.length).to.equal(TOTAL);
+
+      const deadline = Date.now() + 10_000;
+      while (received.length < TOTAL && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      // Anything delivered twice would arrive within a few polls.
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      controller.abort();
+      await subscribing;
+
+      const receivedIds = received.map((e) => e.id);
+      expect(new Set(receivedIds).size, 'distinct events received').to.equal(receivedIds.length);
+      expect(receivedIds.length, 'events received').to.equal(TOTAL);
+      expect([...receivedIds].sort()).to.deep.equal([...appended].sort());
+      for (let i = 1; i < received.length; i++) {
+        expect(comparePositions(received[i - 1]!.position, received[i]!.position), `position ${i}`).to.equal(
+          -1,
+        );
+      }
+
+      const all: RecordedEvent[] = [];
+      for (;;) {
+        const last = all[all.length - 1];
+        const page = await store.readAll({ ...(last ? { from: last.position } : {}), maxCount: 300 });
+        all.push(...page);
+        if (page.length < 300) break;
+      }
+      expect(all.map((e) => [e.id, e.position])).to.deep.equal(received.map((e) => [e.id, e.position]));
+
+      // Every stream's revisions are gapless: the row locks serialised the appenders.
+      let total = 0;
+      for (const stream of STREAMS) {
+        const events = await store.readStream(stream);
+        expect(events.map((e) => e.revision)).to.deep.equal(events.map((_, i) => BigInt(i)));
+        total += events.length;
+      }
+      expect(total).to.equal(TOTAL);
+    } finally {
+      controller.abort();
+      await subscribing.catch(() => undefined);
+      await store.close();
+    }
+  });
+  describe('the same event id appended by two transactions at once', () => {
+    /** Appends `event` in a transaction held open for `holdMs` after the append; resolves on commit. */
+    const appendHeldOpen = async (sql: Sql, stream: string, event: NewEvent, appended: () => void) =>
+      sql.transaction(async (tx) => {
+        const inTransaction = await SqlEventStore.open(tx);
+        const result = await inTransaction.append(stream, [event], 'any');
+        appended();
+        await tx.query('SELECT pg_sleep(0.3)');
+        return result;
+      });
+
+    it('refuses it on another stream with EventIdConflict once the first commits', async () => {
+      const [first, second] = [await db.reopen(), await db.reopen()];
+      const store = await SqlEventStore.open(second);
+      const event = newEvent(0, 0, 0);
+      const one = `race-${uuid()}`;
+      const other = `race-${uuid()}`;
+      let appended!: () => void;
+      const inserted = new Promise<void>((resolve) => {
+        appended = resolve;
+      });
+      const holding = appendHeldOpen(first, one, event, appended);
+      await inserted;
+      // Blocks on the unique index until the first transaction commits, then must not write.
+      const error = await store.append(other, [event], 'any').then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const held = await holding;
+      expect(error).to.be.instanceOf(EventIdConflict);
+      expect((error as EventIdConflict).eventId).to.equal(event.id);
+      expect(held.nextRevision).to.equal(0n);
+      expect((await store.readStream(one)).map((e) => e.id)).to.deep.equal([event.id]);
+      expect(await store.readStream(other)).to.deep.equal([]);
+      await store.close();
+    });
+
+    it('answers the second append on the same stream as a replay of the first', async () => {
+      const [first, second] = [await db.reopen(), await db.reopen()];
+      const store = await SqlEventStore.open(second);
+      const event = newEvent(0, 0, 1);
+      const stream = `race-${uuid()}`;
+      let appended!: () => void;
+      const inserted = new Promise<void>((resolve) => {
+        appended = resolve;
+      });
+      const holding = appendHeldOpen(first, stream, event, appended);
+      await inserted;
+      // Waits for the stream lock, then finds the committed event: a no-op with the same result.
+      const replay = await store.append(stream, [event], 'no_stream');
+      const held = await holding;
+      expect(replay.nextRevision).to.equal(0n);
+      expect(replay.position).to.deep.equal(held.position);
+      expect((await store.readStream(stream)).map((e) => e.id)).to.deep.equal([event.id]);
+      await store.close();
+    });
+  });
+});
