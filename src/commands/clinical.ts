@@ -4,13 +4,12 @@
  * registration never misses it) and by id (via their streams).
  */
 
-import { encounterDecider, encounterStream } from '../domain/clinical/encounter.js';
 import type { Identifier } from '../domain/clinical/identifier.js';
-import { patientDecider, patientStream } from '../domain/clinical/patient.js';
-import { practitionerDecider, practitionerStream } from '../domain/clinical/practitioner.js';
 import type { Event } from '../domain/decider.js';
+import { type Content, resourceDecider, resourceStream } from '../domain/fhir/resource.js';
 import { identifierKey, reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
 import type { ExpectedState } from '../eventstore/port.js';
+import { referenceId } from '../fhir/references.js';
 import { allocateId, type CommandContext } from './context.js';
 import { load } from './handle.js';
 
@@ -39,29 +38,18 @@ export const findByIdentifier = async (
   return findById(ctx, resourceType, tenantId, Number(state.ownerId));
 };
 
-/** Loads a resource by id; undefined when missing or in another tenant (spec §5.3: isolation). */
+/** Loads a resource by id; undefined when missing, deleted or in another tenant (spec §5.3: isolation). */
 export const findById = async (
   ctx: CommandContext,
   resourceType: ContextResourceType,
   tenantId: number,
   id: number,
 ): Promise<ContextResource | undefined> => {
-  switch (resourceType) {
-    case 'Patient': {
-      const { state } = await load(ctx, patientStream(id), patientDecider);
-      return state.status === 'active' && state.tenantId === tenantId ? { resourceType, id } : undefined;
-    }
-    case 'Encounter': {
-      const { state } = await load(ctx, encounterStream(id), encounterDecider);
-      return state.status === 'active' && state.tenantId === tenantId
-        ? { resourceType, id, subjectPatientId: state.subjectPatientId }
-        : undefined;
-    }
-    case 'Practitioner': {
-      const { state } = await load(ctx, practitionerStream(id), practitionerDecider);
-      return state.status === 'active' && state.tenantId === tenantId ? { resourceType, id } : undefined;
-    }
-  }
+  const { state } = await load(ctx, resourceStream(resourceType, id), resourceDecider(resourceType));
+  if (state.status !== 'active' || state.tenantId !== tenantId) return undefined;
+  if (resourceType !== 'Encounter') return { resourceType, id };
+  const subjectPatientId = referenceId(state.resource.subject, 'Patient');
+  return subjectPatientId === undefined ? { resourceType, id } : { resourceType, id, subjectPatientId };
 };
 
 /** The streams a new registration appends: the identifier reservation and the resource stream. */
@@ -83,70 +71,37 @@ export const planRegistration = async (
   subjectPatientId?: number,
 ): Promise<PlannedRegistration> => {
   const key = identifierKey(resourceType, tenantId, identifier.system, identifier.value);
-  const at = ctx.now.toISOString();
+  const now = ctx.now.toISOString();
   const id = await allocateId(ctx.sql, resourceType);
   const reservation = {
     streamName: reservationStream(key),
     expectedState: 'no_stream' as const,
     events: reservationDecider.decide(
-      { type: 'ClaimReservation', key, ownerType: resourceType, ownerId: String(id), now: at },
+      { type: 'ClaimReservation', key, ownerType: resourceType, ownerId: String(id), now },
       reservationDecider.initialState,
     ) as Event[],
   };
-  const identifiers = [{ system: identifier.system, value: identifier.value }];
-  switch (resourceType) {
-    case 'Patient':
-      return {
-        resource: { resourceType, id },
-        parts: [
-          reservation,
-          {
-            streamName: patientStream(id),
-            expectedState: 'no_stream',
-            events: patientDecider.decide(
-              { type: 'RegisterPatient', patientId: id, tenantId, identifier: identifiers, at },
-              patientDecider.initialState,
-            ),
-          },
-        ],
-      };
-    case 'Encounter':
-      if (subjectPatientId === undefined) throw new Error('an Encounter needs its subject Patient');
-      return {
-        resource: { resourceType, id, subjectPatientId },
-        parts: [
-          reservation,
-          {
-            streamName: encounterStream(id),
-            expectedState: 'no_stream',
-            events: encounterDecider.decide(
-              {
-                type: 'RegisterEncounter',
-                encounterId: id,
-                tenantId,
-                identifier: identifiers,
-                subjectPatientId,
-                at,
-              },
-              encounterDecider.initialState,
-            ),
-          },
-        ],
-      };
-    case 'Practitioner':
-      return {
-        resource: { resourceType, id },
-        parts: [
-          reservation,
-          {
-            streamName: practitionerStream(id),
-            expectedState: 'no_stream',
-            events: practitionerDecider.decide(
-              { type: 'RegisterPractitioner', practitionerId: id, tenantId, identifier: identifiers, at },
-              practitionerDecider.initialState,
-            ),
-          },
-        ],
-      };
-  }
+  const content: Content = {
+    identifier: [{ system: identifier.system, value: identifier.value }],
+    ...(resourceType === 'Encounter'
+      ? { status: 'unknown', subject: { reference: `Patient/${subjectPatientId}` } }
+      : {}),
+  };
+  if (resourceType === 'Encounter' && subjectPatientId === undefined)
+    throw new Error('an Encounter needs its subject Patient');
+  const decider = resourceDecider(resourceType);
+  return {
+    resource: { resourceType, id, ...(subjectPatientId !== undefined ? { subjectPatientId } : {}) },
+    parts: [
+      reservation,
+      {
+        streamName: resourceStream(resourceType, id),
+        expectedState: 'no_stream',
+        events: decider.decide(
+          { type: 'CreateResource', id, tenantId, resource: content, now },
+          decider.initialState,
+        ),
+      },
+    ],
+  };
 };

@@ -43,7 +43,16 @@ export const toNewEvents = (
 };
 
 /** Id sequences (DESIGN.md §2 "Ids"): integer ids of sessions, tenants and FHIR resources. */
-export const ID_SEQUENCES = ['tenant', 'session', 'Patient', 'Encounter', 'Practitioner'] as const;
+export const ID_SEQUENCES = [
+  'tenant',
+  'session',
+  'Patient',
+  'Encounter',
+  'Practitioner',
+  'Task',
+  'Questionnaire',
+  'QuestionnaireResponse',
+] as const;
 export type IdKind = (typeof ID_SEQUENCES)[number];
 
 export const sequenceName = (kind: IdKind): string => `casebook_${kind.toLowerCase()}_id_seq`;

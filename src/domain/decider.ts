@@ -44,6 +44,12 @@ export class DomainError extends Error {
     message: string,
     /** Where in the request the problem is (a field path or FHIRPath), when known. */
     readonly expression?: string,
+    /**
+     * FHIR specifics: an OperationOutcome issue code other than the kind's default
+     * (`duplicate`, `multiple-matches`, `required`, `business-rule`…), and the `Location` of an
+     * existing resource (spec §7: 409 duplicate points at the existing Patient).
+     */
+    readonly fhir: { readonly issueCode?: string; readonly location?: string } = {},
   ) {
     super(message);
     this.name = code;

@@ -9,6 +9,8 @@ import { v4 as uuidv4 } from 'uuid';
 import type { Casebook } from '../casebook.js';
 import { sessionsRouter } from './auth/sessions.js';
 import { HttpError, sendProblem, toProblem } from './errors.js';
+import { sendOutcome, toOutcome } from './fhir/outcome.js';
+import { fhirRouter } from './fhir/router.js';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -23,6 +25,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const app = new Koa();
   app.proxy = true;
   const { logger } = casebook;
+  const fhirPrefix = mountPath(casebook.config.fhirUrl);
+  const isFhir = (path: string) => path === fhirPrefix || path.startsWith(`${fhirPrefix}/`);
 
   app.use(async (ctx, next) => {
     const started = performance.now();
@@ -31,9 +35,36 @@ export const createHttpApp = (casebook: Casebook): Koa => {
     ctx.set('X-Request-Id', ctx.state.requestId);
     try {
       await next();
-      if (ctx.status === 404 && ctx.body === undefined)
+      if (ctx.status === 404 && ctx.body == null)
         throw new HttpError(404, 'NotFound', `no route for ${ctx.method} ${ctx.path}`);
+      if ((ctx.status === 405 || ctx.status === 501) && ctx.body == null)
+        throw new HttpError(405, 'MethodNotAllowed', `${ctx.method} is not supported on ${ctx.path}`, {
+          Allow: ctx.response.get('Allow'),
+        });
     } catch (error) {
+      if (isFhir(ctx.path)) {
+        // FHIR routes answer OperationOutcome (issue 3); the rest problem+json.
+        const outcome = toOutcome(error);
+        if (error instanceof HttpError)
+          for (const [name, value] of Object.entries(error.headers)) ctx.set(name, value);
+        if (outcome) {
+          if (outcome.location) ctx.set('Location', `${casebook.config.fhirUrl}/${outcome.location}`);
+          sendOutcome(ctx, outcome.status, outcome.issues);
+        } else {
+          logger.error(
+            { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path },
+            'request failed',
+          );
+          sendOutcome(ctx, 500, [
+            {
+              severity: 'fatal',
+              code: 'exception',
+              diagnostics: `internal error (request id ${ctx.state.requestId})`,
+            },
+          ]);
+        }
+        return;
+      }
       const problem = toProblem(error);
       if (problem) {
         if (error instanceof HttpError)
@@ -67,6 +98,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   app.use(
     koaBody({
       json: true,
+      jsonTypes: ['application/json', 'application/fhir+json'],
       urlencoded: true,
       text: false,
       multipart: false,
@@ -78,6 +110,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const root = new Router();
   const auth = sessionsRouter(casebook);
   root.use(mountPath(casebook.config.authUrl), auth.routes(), auth.allowedMethods());
+  const fhir = fhirRouter(casebook);
+  root.use(fhirPrefix, fhir.routes(), fhir.allowedMethods());
   root.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });

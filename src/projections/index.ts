@@ -1,5 +1,5 @@
-import { clinicalResourcesProjection } from './clinical.js';
 import type { Projection } from './projection.js';
+import { resourcesProjection } from './resources.js';
 import { sessionsProjection } from './sessions.js';
 import { apiClientsProjection, tenantsProjection } from './tenants.js';
 
@@ -8,5 +8,5 @@ export const allProjections: readonly Projection[] = [
   tenantsProjection,
   apiClientsProjection,
   sessionsProjection,
-  clinicalResourcesProjection,
+  resourcesProjection,
 ];

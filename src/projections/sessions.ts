@@ -77,6 +77,8 @@ export interface SessionRow {
   readonly id: number;
   readonly tenantId: number;
   readonly tenantName: string;
+  /** The API client that created the session. */
+  readonly clientId: string;
   readonly userId: number;
   readonly patientId: number | null;
   readonly encounterId: number | null;
@@ -90,7 +92,7 @@ export interface SessionRow {
   readonly expiresAt: Date;
 }
 
-const SELECT_SESSION = `SELECT s.id, s.tenant_id, t.name AS tenant_name, s.user_id, s.patient_id, s.encounter_id, s.scopes,
+const SELECT_SESSION = `SELECT s.id, s.tenant_id, t.name AS tenant_name, s.client_id, s.user_id, s.patient_id, s.encounter_id, s.scopes,
   s.deployment_mode, s.post_submit_redirect, s.post_cancel_redirect, s.status, s.created_at, s.last_modified_at, s.expires_at
   FROM rm_sessions s JOIN rm_tenants t ON t.id = s.tenant_id`;
 
@@ -98,6 +100,7 @@ const toSessionRow = (r: Record<string, unknown>): SessionRow => ({
   id: Number(r.id),
   tenantId: Number(r.tenant_id),
   tenantName: String(r.tenant_name),
+  clientId: String(r.client_id),
   userId: Number(r.user_id),
   patientId: r.patient_id === null ? null : Number(r.patient_id),
   encounterId: r.encounter_id === null ? null : Number(r.encounter_id),

@@ -335,9 +335,9 @@ for (const database of testDatabases) {
         const registered = (await app.allEvents()).find(
           (e) => e.type === 'EncounterRegistered' && e.streamName === `Encounter-${encounterId}`,
         );
-        expect((registered!.data as { subjectPatientId: number }).subjectPatientId).to.equal(
-          Number(body.patient.reference.split('/')[1]),
-        );
+        expect(
+          (registered!.data as { resource: { subject: { reference: string } } }).resource.subject.reference,
+        ).to.equal(`Patient/${Number(body.patient.reference.split('/')[1])}`);
         const derived = await created({ fhirContext: [dr], encounter: encounterId });
         expect(derived.patient).to.deep.equal(body.patient);
         expect(derived.fhir_server.scope).to.include('patient/*.cruds');

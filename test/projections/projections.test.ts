@@ -1,12 +1,14 @@
 /**
  * The read models and their runner (DESIGN.md §1–2, CONVENTIONS.md "Projections"), on PGlite and on
  * a real Postgres server. Every test builds a realistic log through the deciders and the event
- * store (a tenant, an API client, practitioner/patient/encounter with identifier reservations,
- * sessions created → handed over → ended) and asserts the rows the projections make of it.
+ * store (a tenant, an API client, practitioner/patient/encounter with identifier reservations, a
+ * Task created and moved on, a Questionnaire created and deleted, sessions created → handed over →
+ * ended) and asserts the rows the projections make of it.
  */
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { v4 as uuid } from 'uuid';
+import { planRegistration } from '../../src/commands/clinical.js';
 import {
   allocateId,
   type CommandContext,
@@ -18,11 +20,15 @@ import {
 import { appendAtomically, handle } from '../../src/commands/handle.js';
 import type { Sql } from '../../src/db/sql.js';
 import { clientDecider, clientStream } from '../../src/domain/client/client.js';
-import { encounterDecider, encounterStream } from '../../src/domain/clinical/encounter.js';
 import type { Identifier } from '../../src/domain/clinical/identifier.js';
-import { patientDecider, patientStream } from '../../src/domain/clinical/patient.js';
-import { practitionerDecider, practitionerStream } from '../../src/domain/clinical/practitioner.js';
 import type { Event } from '../../src/domain/decider.js';
+import {
+  type Content,
+  type ResourceCommand,
+  type ResourceType,
+  resourceDecider,
+  resourceStream,
+} from '../../src/domain/fhir/resource.js';
 import {
   identifierKey,
   reservationDecider,
@@ -35,6 +41,7 @@ import { type Position, positionToString, type RecordedEvent } from '../../src/e
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
+import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
 
@@ -56,10 +63,13 @@ const LANR: Identifier = { system: 'https://fhir.kbv.de/NamingSystem/KBV_NS_Base
 const MRN: Identifier = { system: 'urn:oid:1.2.276.0.76.4.8', value: 'P-000123' };
 const KVID: Identifier = { system: 'http://fhir.de/sid/gkv/kvid-10', value: 'A123456780' };
 const CASE: Identifier = { system: 'https://ehr.example.org/fall', value: 'F-2025-0042' };
+const TASK_ID: Identifier = { system: 'https://ehr.example.org/auftrag', value: 'T-7' };
+const QUESTIONNAIRE_ID: Identifier = { system: 'https://tumorboard.example.org/fragebogen', value: 'Q-1' };
+const QUESTIONNAIRE_URL = 'https://tumorboard.example.org/Questionnaire/phq-9';
 const SESSION_SCOPES = ['launch', 'patient/Patient.rs', 'patient/QuestionnaireResponse.cru'];
 
 /** Number of events {@link buildLog} appends (resource events and identifier reservations). */
-const LOG_LENGTH = 19;
+const LOG_LENGTH = 23;
 
 interface Harness {
   readonly opened: OpenedDatabase;
@@ -72,6 +82,10 @@ interface Log {
   readonly practitionerId: number;
   readonly patientId: number;
   readonly encounterId: number;
+  /** Created, then its status changed. */
+  readonly taskId: number;
+  /** Created, then deleted. */
+  readonly questionnaireId: number;
   /** Session 1 ended, 2 active, 3 inactive (never handed over). */
   readonly sessionIds: readonly [number, number, number];
   readonly head: Position;
@@ -93,17 +107,28 @@ const contextAt = (
   waitForProjections: async () => true,
 });
 
-/** Appends a resource's registration together with a reservation of each of its identifiers. */
+/** Appends a resource's creation together with a reservation of each of its identifiers. */
 const registerWithIdentifiers = async (
   ctx: CommandContext,
   resourceType: 'Patient' | 'Encounter' | 'Practitioner',
   id: number,
-  streamName: string,
   identifiers: readonly Identifier[],
-  events: readonly Event[],
 ): Promise<Position> =>
   appendAtomically(ctx, [
-    { streamName, expectedState: 'no_stream', events },
+    {
+      streamName: resourceStream(resourceType, id),
+      expectedState: 'no_stream',
+      events: resourceDecider(resourceType).decide(
+        {
+          type: 'CreateResource',
+          id,
+          tenantId: ctx.tenantId!,
+          resource: { identifier: identifiers },
+          now: ctx.now.toISOString(),
+        },
+        resourceDecider(resourceType).initialState,
+      ),
+    },
     ...identifiers.map((i) => {
       const key = identifierKey(resourceType, ctx.tenantId!, i.system, i.value);
       return {
@@ -150,6 +175,20 @@ const handOver = (sessionId: number, now: string): SessionCommand => ({
   cookieHash: `cookie-hash-${sessionId}`,
   now,
 });
+
+const taskContent = (patientId: number, encounterId: number, status: string): Content => ({
+  identifier: [TASK_ID],
+  status,
+  intent: 'order',
+  for: { reference: `Patient/${patientId}` },
+  encounter: { reference: `Encounter/${encounterId}` },
+});
+
+const QUESTIONNAIRE_CONTENT: Content = {
+  identifier: [QUESTIONNAIRE_ID],
+  url: QUESTIONNAIRE_URL,
+  status: 'active',
+};
 
 /** Builds the log through the deciders, the generic handler and the store; ids come from the sequences. */
 const buildLog = async (h: Harness): Promise<Log> => {
@@ -218,60 +257,57 @@ const buildLog = async (h: Harness): Promise<Log> => {
     projects: ['tumorboard'],
   });
 
-  const practitionerId = await allocateId(h.sql, 'Practitioner');
-  await registerWithIdentifiers(
-    at('2025-03-04T09:05:00.000Z'),
-    'Practitioner',
-    practitionerId,
-    practitionerStream(practitionerId),
-    [LANR],
-    practitionerDecider.decide(
-      {
-        type: 'RegisterPractitioner',
-        practitionerId,
-        tenantId,
-        identifier: [LANR],
-        at: '2025-03-04T09:05:00.000Z',
-      },
-      practitionerDecider.initialState,
-    ),
-  );
+  // Practitioner and Encounter as a session registers them (one identifier each), the Patient with two.
+  const practitioner = await planRegistration(at('2025-03-04T09:05:00.000Z'), 'Practitioner', tenantId, LANR);
+  await appendAtomically(at('2025-03-04T09:05:00.000Z'), practitioner.parts);
+  const practitionerId = practitioner.resource.id;
   const patientId = await allocateId(h.sql, 'Patient');
-  await registerWithIdentifiers(
-    at('2025-03-04T09:06:00.000Z'),
-    'Patient',
-    patientId,
-    patientStream(patientId),
-    [MRN, KVID],
-    patientDecider.decide(
-      {
-        type: 'RegisterPatient',
-        patientId,
-        tenantId,
-        identifier: [MRN, KVID],
-        at: '2025-03-04T09:06:00.000Z',
-      },
-      patientDecider.initialState,
-    ),
-  );
-  const encounterId = await allocateId(h.sql, 'Encounter');
-  await registerWithIdentifiers(
+  await registerWithIdentifiers(at('2025-03-04T09:06:00.000Z'), 'Patient', patientId, [MRN, KVID]);
+  const encounter = await planRegistration(
     at('2025-03-04T09:07:00.000Z'),
     'Encounter',
-    encounterId,
-    encounterStream(encounterId),
-    [CASE],
-    encounterDecider.decide(
-      {
-        type: 'RegisterEncounter',
-        encounterId,
-        tenantId,
-        identifier: [CASE],
-        subjectPatientId: patientId,
-        at: '2025-03-04T09:07:00.000Z',
-      },
-      encounterDecider.initialState,
-    ),
+    tenantId,
+    CASE,
+    patientId,
+  );
+  await appendAtomically(at('2025-03-04T09:07:00.000Z'), encounter.parts);
+  const encounterId = encounter.resource.id;
+
+  const task = resourceDecider('Task');
+  const taskId = await allocateId(h.sql, 'Task');
+  await handle(at('2025-03-04T09:08:00.000Z'), resourceStream('Task', taskId), task, {
+    type: 'CreateResource',
+    id: taskId,
+    tenantId,
+    resource: taskContent(patientId, encounterId, 'requested'),
+    now: '2025-03-04T09:08:00.000Z',
+    author: `Practitioner/${practitionerId}`,
+  });
+  await handle(at('2025-03-04T09:09:00.000Z'), resourceStream('Task', taskId), task, {
+    type: 'UpdateResource',
+    resource: taskContent(patientId, encounterId, 'in-progress'),
+    now: '2025-03-04T09:09:00.000Z',
+  });
+  const questionnaire = resourceDecider('Questionnaire');
+  const questionnaireId = await allocateId(h.sql, 'Questionnaire');
+  await handle(
+    at('2025-03-04T09:10:00.000Z'),
+    resourceStream('Questionnaire', questionnaireId),
+    questionnaire,
+    {
+      type: 'CreateResource',
+      id: questionnaireId,
+      tenantId,
+      resource: QUESTIONNAIRE_CONTENT,
+      now: '2025-03-04T09:10:00.000Z',
+      project: 'tumorboard',
+    },
+  );
+  await handle(
+    at('2025-03-04T09:11:00.000Z'),
+    resourceStream('Questionnaire', questionnaireId),
+    questionnaire,
+    { type: 'DeleteResource', now: '2025-03-04T09:11:00.000Z' },
   );
 
   const ids = { tenantId, practitionerId, patientId, encounterId };
@@ -313,7 +349,7 @@ const buildLog = async (h: Harness): Promise<Log> => {
     sessionDecider,
     createSession(s3, ids, '2025-03-04T10:50:00.000Z', true),
   );
-  return { ...ids, sessionIds: [s1, s2, s3], head: last.position! };
+  return { ...ids, taskId, questionnaireId, sessionIds: [s1, s2, s3], head: last.position! };
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -377,6 +413,43 @@ const dumpSequences = async (sql: Sql) => {
 // ---------------------------------------------------------------------------------------------
 // The expected read models of buildLog's log
 // ---------------------------------------------------------------------------------------------
+
+/**
+ * An rm_resources row of tenant 1 whose content is version `versionId` (full FHIR JSON), with no
+ * compartment, project or author: spread it and override what a resource has.
+ */
+const resourceRow = (
+  resourceType: ResourceType,
+  id: number,
+  versionId: number,
+  lastUpdated: string,
+  content: Content,
+): Row => ({
+  resource_type: resourceType,
+  id,
+  tenant_id: 1,
+  version_id: versionId,
+  content: {
+    resourceType,
+    id: String(id),
+    meta: { versionId: String(versionId), lastUpdated },
+    ...content,
+  },
+  last_updated: lastUpdated,
+  deleted: false,
+  patient_id: null,
+  encounter_id: null,
+  project: null,
+  author: null,
+});
+
+const identifierRow = (resourceType: ResourceType, tenantId: number, identifier: Identifier, id: number) => ({
+  resource_type: resourceType,
+  tenant_id: tenantId,
+  system: identifier.system,
+  value: identifier.value,
+  id,
+});
 
 const expectedRows = (log: Log): Record<string, Row[]> => {
   const [s1, s2, s3] = log.sessionIds;
@@ -444,62 +517,52 @@ const expectedRows = (log: Log): Record<string, Row[]> => {
     ],
     rm_resources: [
       {
-        resource_type: 'Encounter',
-        id: log.encounterId,
-        tenant_id: log.tenantId,
-        version_id: 1,
-        content: { identifier: [CASE], subject: { reference: `Patient/${log.patientId}` } },
-        last_updated: '2025-03-04T09:07:00.000Z',
-        deleted: false,
+        ...resourceRow('Encounter', log.encounterId, 1, '2025-03-04T09:07:00.000Z', {
+          identifier: [CASE],
+          status: 'unknown',
+          subject: { reference: `Patient/${log.patientId}` },
+        }),
+        patient_id: log.patientId,
+        encounter_id: log.encounterId,
       },
       {
-        resource_type: 'Patient',
-        id: log.patientId,
-        tenant_id: log.tenantId,
-        version_id: 1,
-        content: { identifier: [MRN, KVID] },
-        last_updated: '2025-03-04T09:06:00.000Z',
-        deleted: false,
+        ...resourceRow('Patient', log.patientId, 1, '2025-03-04T09:06:00.000Z', { identifier: [MRN, KVID] }),
+        patient_id: log.patientId,
+      },
+      resourceRow('Practitioner', log.practitionerId, 1, '2025-03-04T09:05:00.000Z', { identifier: [LANR] }),
+      {
+        // Deleted: version 2 is the deletion, the content stays that of version 1.
+        ...resourceRow(
+          'Questionnaire',
+          log.questionnaireId,
+          1,
+          '2025-03-04T09:10:00.000Z',
+          QUESTIONNAIRE_CONTENT,
+        ),
+        version_id: 2,
+        last_updated: '2025-03-04T09:11:00.000Z',
+        deleted: true,
+        project: 'tumorboard',
       },
       {
-        resource_type: 'Practitioner',
-        id: log.practitionerId,
-        tenant_id: log.tenantId,
-        version_id: 1,
-        content: { identifier: [LANR] },
-        last_updated: '2025-03-04T09:05:00.000Z',
-        deleted: false,
+        ...resourceRow(
+          'Task',
+          log.taskId,
+          2,
+          '2025-03-04T09:09:00.000Z',
+          taskContent(log.patientId, log.encounterId, 'in-progress'),
+        ),
+        patient_id: log.patientId,
+        encounter_id: log.encounterId,
+        author: `Practitioner/${log.practitionerId}`,
       },
     ],
     rm_resource_identifiers: [
-      {
-        resource_type: 'Encounter',
-        tenant_id: log.tenantId,
-        system: CASE.system,
-        value: CASE.value,
-        id: log.encounterId,
-      },
-      {
-        resource_type: 'Patient',
-        tenant_id: log.tenantId,
-        system: KVID.system,
-        value: KVID.value,
-        id: log.patientId,
-      },
-      {
-        resource_type: 'Patient',
-        tenant_id: log.tenantId,
-        system: MRN.system,
-        value: MRN.value,
-        id: log.patientId,
-      },
-      {
-        resource_type: 'Practitioner',
-        tenant_id: log.tenantId,
-        system: LANR.system,
-        value: LANR.value,
-        id: log.practitionerId,
-      },
+      identifierRow('Encounter', log.tenantId, CASE, log.encounterId),
+      identifierRow('Patient', log.tenantId, KVID, log.patientId),
+      identifierRow('Patient', log.tenantId, MRN, log.patientId),
+      identifierRow('Practitioner', log.tenantId, LANR, log.practitionerId),
+      identifierRow('Task', log.tenantId, TASK_ID, log.taskId),
     ],
   };
 };
@@ -785,6 +848,8 @@ for (const db of testDatabases) {
         expect((await dump(h.sql, 'rm_resources')).map((r) => r.resource_type)).to.deep.equal([
           'Encounter',
           'Patient',
+          'Questionnaire',
+          'Task',
         ]);
         expect(await second.position()).to.deep.equal(ended.position);
       });
@@ -925,7 +990,16 @@ for (const db of testDatabases) {
         expect(await dumpAll(fresh.sql)).to.deep.equal(expectedRows(log));
         const next: Record<string, number> = {};
         for (const kind of ID_SEQUENCES) next[kind] = await allocateId(fresh.sql, kind);
-        expect(next).to.deep.equal({ tenant: 2, session: 4, Patient: 2, Encounter: 2, Practitioner: 2 });
+        expect(next).to.deep.equal({
+          tenant: 2,
+          session: 4,
+          Patient: 2,
+          Encounter: 2,
+          Practitioner: 2,
+          Task: 2,
+          Questionnaire: 2,
+          QuestionnaireResponse: 1,
+        });
       });
 
       it('never moves a sequence backwards', async () => {
@@ -938,6 +1012,215 @@ for (const db of testDatabases) {
 
         expect(await allocateId(fresh.sql, 'session')).to.equal(10);
         expect(await allocateId(fresh.sql, 'tenant')).to.equal(2);
+      });
+    });
+
+    describe('resource versions (updates and deletes)', () => {
+      const ownCleanups: (() => Promise<void>)[] = [];
+      let h: Harness;
+      before(async () => {
+        h = await openHarness();
+        await resourcesProjection.migrate(h.sql);
+        ownCleanups.push(...cleanups.splice(0));
+      });
+      after(async () => {
+        while (ownCleanups.length > 0) await ownCleanups.pop()!();
+      });
+
+      const created = (resource: Content, now: string): ResourceCommand => ({
+        type: 'CreateResource',
+        id: 0, // replaced by the allocated id
+        tenantId: 1,
+        resource,
+        now,
+      });
+      const updated = (resource: Content, now: string): ResourceCommand => ({
+        type: 'UpdateResource',
+        resource,
+        now,
+      });
+
+      /** Allocates an id, handles `commands` on its stream in turn and returns the recorded stream. */
+      const writeHistory = async (resourceType: ResourceType, commands: readonly ResourceCommand[]) => {
+        const id = await allocateId(h.sql, resourceType);
+        const decider = resourceDecider(resourceType);
+        for (const command of commands)
+          await handle(
+            contextAt(h, command.now, 1),
+            resourceStream(resourceType, id),
+            decider,
+            command.type === 'CreateResource' ? { ...command, id } : command,
+          );
+        return { id, events: await h.store.readStream(resourceStream(resourceType, id)) };
+      };
+
+      const applyInOrder = (...events: RecordedEvent[]) =>
+        h.sql.transaction(async (tx) => {
+          for (const event of events) await resourcesProjection.apply(event, tx);
+        });
+
+      /** The rm_resources rows and identifiers of one resource. */
+      const rowsOf = async (resourceType: ResourceType, id: number) => ({
+        resources: (await dump(h.sql, 'rm_resources')).filter(
+          (r) => r.resource_type === resourceType && r.id === id,
+        ),
+        identifiers: (await dump(h.sql, 'rm_resource_identifiers')).filter(
+          (r) => r.resource_type === resourceType && r.id === id,
+        ),
+      });
+
+      it('replaces the content, version and identifiers on an update', async () => {
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated(
+            { identifier: [KVID], name: [{ family: 'Muster' }], gender: 'female' },
+            '2025-03-04T09:30:00.000Z',
+          ),
+        ]);
+        expect(events.map((e) => [e.type, e.revision])).to.deep.equal([
+          ['PatientRegistered', 0n],
+          ['PatientUpdated', 1n],
+        ]);
+
+        await applyInOrder(events[0]!);
+        expect(await rowsOf('Patient', id)).to.deep.equal({
+          resources: [
+            {
+              ...resourceRow('Patient', id, 1, '2025-03-04T09:00:00.000Z', { identifier: [MRN] }),
+              patient_id: id,
+            },
+          ],
+          identifiers: [identifierRow('Patient', 1, MRN, id)],
+        });
+
+        await applyInOrder(events[1]!);
+        expect(await rowsOf('Patient', id)).to.deep.equal({
+          resources: [
+            {
+              ...resourceRow('Patient', id, 2, '2025-03-04T09:30:00.000Z', {
+                identifier: [KVID],
+                name: [{ family: 'Muster' }],
+                gender: 'female',
+              }),
+              patient_id: id,
+            },
+          ],
+          identifiers: [identifierRow('Patient', 1, KVID, id)],
+        });
+      });
+
+      it('moves a resource to the compartment of its new references on a status change', async () => {
+        const v1 = {
+          identifier: [TASK_ID],
+          status: 'requested',
+          intent: 'order',
+          for: { reference: 'Patient/41' },
+        };
+        const v2 = {
+          identifier: [CASE],
+          status: 'in-progress',
+          intent: 'order',
+          for: { reference: 'Patient/42' },
+          encounter: { reference: 'Encounter/43' },
+        };
+        const { id, events } = await writeHistory('Task', [
+          created(v1, '2025-03-04T09:00:00.000Z'),
+          updated(v2, '2025-03-04T09:30:00.000Z'),
+        ]);
+        expect(events.map((e) => e.type)).to.deep.equal(['TaskCreated', 'TaskStatusChanged']);
+
+        await applyInOrder(...events);
+
+        expect(await rowsOf('Task', id)).to.deep.equal({
+          resources: [
+            {
+              ...resourceRow('Task', id, 2, '2025-03-04T09:30:00.000Z', v2),
+              patient_id: 42,
+              encounter_id: 43,
+            },
+          ],
+          identifiers: [identifierRow('Task', 1, CASE, id)],
+        });
+      });
+
+      it('marks a deleted resource deleted at a new version and removes its identifiers', async () => {
+        const v2 = { identifier: [MRN, KVID], active: true };
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated(v2, '2025-03-04T09:30:00.000Z'),
+          { type: 'DeleteResource', now: '2025-03-04T10:00:00.000Z' },
+        ]);
+        expect(events.map((e) => e.type)).to.deep.equal([
+          'PatientRegistered',
+          'PatientUpdated',
+          'PatientDeleted',
+        ]);
+
+        await applyInOrder(...events);
+
+        expect(await rowsOf('Patient', id)).to.deep.equal({
+          resources: [
+            {
+              ...resourceRow('Patient', id, 2, '2025-03-04T09:30:00.000Z', v2),
+              version_id: 3,
+              last_updated: '2025-03-04T10:00:00.000Z',
+              deleted: true,
+              patient_id: id,
+            },
+          ],
+          identifiers: [],
+        });
+      });
+
+      it('never overwrites a newer version with an older update delivered after it', async () => {
+        const v3 = { identifier: [CASE], active: false };
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated({ identifier: [KVID] }, '2025-03-04T09:30:00.000Z'),
+          updated(v3, '2025-03-04T09:45:00.000Z'),
+        ]);
+        await applyInOrder(...events);
+        const newest = {
+          resources: [{ ...resourceRow('Patient', id, 3, '2025-03-04T09:45:00.000Z', v3), patient_id: id }],
+          identifiers: [identifierRow('Patient', 1, CASE, id)],
+        };
+        expect(await rowsOf('Patient', id)).to.deep.equal(newest);
+
+        await applyInOrder(events[1]!);
+        expect(await rowsOf('Patient', id)).to.deep.equal(newest);
+
+        await applyInOrder(events[2]!);
+        expect(await rowsOf('Patient', id)).to.deep.equal(newest);
+      });
+
+      it('never revives a deleted resource with an older update delivered after the deletion', async () => {
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated({ identifier: [KVID] }, '2025-03-04T09:30:00.000Z'),
+          { type: 'DeleteResource', now: '2025-03-04T10:00:00.000Z' },
+        ]);
+        await applyInOrder(...events);
+        const gone = await rowsOf('Patient', id);
+        expect(gone.resources.map((r) => [r.version_id, r.deleted])).to.deep.equal([[3, true]]);
+        expect(gone.identifiers).to.deep.equal([]);
+
+        await applyInOrder(events[1]!);
+
+        expect(await rowsOf('Patient', id)).to.deep.equal(gone);
+      });
+
+      it('keeps the newest identifiers when the creation is delivered again after an update', async () => {
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated({ identifier: [KVID] }, '2025-03-04T09:30:00.000Z'),
+        ]);
+        await applyInOrder(...events);
+        const newest = await rowsOf('Patient', id);
+        expect(newest.identifiers).to.deep.equal([identifierRow('Patient', 1, KVID, id)]);
+
+        await applyInOrder(events[0]!);
+
+        expect(await rowsOf('Patient', id)).to.deep.equal(newest);
       });
     });
   });

@@ -3,6 +3,3 @@ export interface Identifier {
   readonly system: string;
   readonly value: string;
 }
-
-/** `system|value`, the FHIR token search syntax. */
-export const identifierToken = (identifier: Identifier): string => `${identifier.system}|${identifier.value}`;

@@ -1,0 +1,234 @@
+/**
+ * One decider for every FHIR resource casebook stores (issue 3; spec §2.5–2.6, §4.3): Patient,
+ * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse. Stream `<type>-<id>`.
+ *
+ * Every event carries the resource's full content after it, so event n of a stream is version
+ * n + 1 of the resource (`meta.versionId` = revision + 1) and history/vread fold the stream.
+ * Event names are past tense and per type (CONVENTIONS.md): `PatientRegistered`,
+ * `TaskStatusChanged`, `QuestionnaireResponseSubmitted`, …
+ */
+import { type Decider, DomainError, type Event } from '../decider.js';
+
+export const RESOURCE_TYPES = [
+  'Patient',
+  'Encounter',
+  'Practitioner',
+  'Task',
+  'Questionnaire',
+  'QuestionnaireResponse',
+] as const;
+export type ResourceType = (typeof RESOURCE_TYPES)[number];
+
+export const isResourceType = (value: string): value is ResourceType =>
+  (RESOURCE_TYPES as readonly string[]).includes(value);
+
+/** FHIR JSON of a resource without `resourceType`, `id` and `meta` (the server owns those). */
+export type Content = { readonly [element: string]: unknown };
+
+/** Event type names of one resource type. */
+export interface ResourceEventNames {
+  readonly created: string;
+  readonly updated: string;
+  readonly deleted: string;
+  /** A status change gets its own event (Task, QuestionnaireResponse → completed). */
+  readonly statusChanged?: string;
+}
+
+export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
+  Patient: { created: 'PatientRegistered', updated: 'PatientUpdated', deleted: 'PatientDeleted' },
+  Encounter: { created: 'EncounterRegistered', updated: 'EncounterUpdated', deleted: 'EncounterDeleted' },
+  Practitioner: {
+    created: 'PractitionerRegistered',
+    updated: 'PractitionerUpdated',
+    deleted: 'PractitionerDeleted',
+  },
+  Task: {
+    created: 'TaskCreated',
+    updated: 'TaskUpdated',
+    deleted: 'TaskDeleted',
+    statusChanged: 'TaskStatusChanged',
+  },
+  Questionnaire: {
+    created: 'QuestionnaireCreated',
+    updated: 'QuestionnaireUpdated',
+    deleted: 'QuestionnaireDeleted',
+  },
+  QuestionnaireResponse: {
+    created: 'QuestionnaireResponseCreated',
+    updated: 'QuestionnaireResponseUpdated',
+    deleted: 'QuestionnaireResponseDeleted',
+    statusChanged: 'QuestionnaireResponseSubmitted',
+  },
+};
+
+/** Which event a name is, for any resource type; undefined for other events. */
+export const resourceEventKind = (
+  eventType: string,
+): { resourceType: ResourceType; kind: 'created' | 'updated' | 'deleted' | 'statusChanged' } | undefined => {
+  for (const resourceType of RESOURCE_TYPES) {
+    const names = EVENT_NAMES[resourceType];
+    for (const kind of ['created', 'updated', 'deleted', 'statusChanged'] as const)
+      if (names[kind] === eventType) return { resourceType, kind };
+  }
+  return undefined;
+};
+
+export interface CreatedData {
+  readonly id: number;
+  readonly tenantId: number;
+  readonly resource: Content;
+  readonly at: string;
+  /** Questionnaire: the service-account project it belongs to (spec §5.3 rule 3). */
+  readonly project?: string;
+  /** The session user who authored it (`Practitioner/<id>`), for `user/` scopes (spec §5.3). */
+  readonly author?: string;
+}
+export interface ChangedData {
+  readonly id: number;
+  readonly resource: Content;
+  readonly at: string;
+  /** On a status change: the status before. */
+  readonly from?: string;
+}
+export interface DeletedData {
+  readonly id: number;
+  readonly at: string;
+}
+
+export type ResourceEvent = Event<string, CreatedData | ChangedData | DeletedData>;
+
+export type ResourceState =
+  | { readonly status: 'none' }
+  | {
+      readonly status: 'active' | 'deleted';
+      readonly resourceType: ResourceType;
+      readonly id: number;
+      readonly tenantId: number;
+      readonly resource: Content;
+      readonly lastUpdated: string;
+      readonly project: string | undefined;
+      readonly author: string | undefined;
+    };
+
+export type ResourceCommand =
+  | {
+      readonly type: 'CreateResource';
+      readonly id: number;
+      readonly tenantId: number;
+      readonly resource: Content;
+      readonly now: string;
+      readonly project?: string;
+      readonly author?: string;
+    }
+  | { readonly type: 'UpdateResource'; readonly resource: Content; readonly now: string }
+  | { readonly type: 'DeleteResource'; readonly now: string };
+
+const statusOf = (content: Content): string | undefined =>
+  typeof content.status === 'string' ? content.status : undefined;
+
+/** Canonical JSON (sorted keys) to tell whether an update changes anything. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (_key, v) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)))
+      : v,
+  );
+
+/**
+ * The decider of `resourceType`. Refusals: create on an existing stream (conflict), update or
+ * delete of a missing resource (not_found), update of a deleted one (gone). Deleting a deleted
+ * resource and an update that changes nothing decide no event.
+ */
+export const resourceDecider = (
+  resourceType: ResourceType,
+): Decider<ResourceCommand, ResourceState, ResourceEvent> => {
+  const names = EVENT_NAMES[resourceType];
+  return {
+    initialState: { status: 'none' },
+    evolve: (state, event) => {
+      if (event.type === names.created) {
+        const d = event.data as CreatedData;
+        return {
+          status: 'active',
+          resourceType,
+          id: d.id,
+          tenantId: d.tenantId,
+          resource: d.resource,
+          lastUpdated: d.at,
+          project: d.project,
+          author: d.author,
+        };
+      }
+      if (state.status === 'none') return state;
+      if (event.type === names.updated || event.type === names.statusChanged) {
+        const d = event.data as ChangedData;
+        return { ...state, status: 'active', resource: d.resource, lastUpdated: d.at };
+      }
+      if (event.type === names.deleted)
+        return { ...state, status: 'deleted', lastUpdated: (event.data as DeletedData).at };
+      return state;
+    },
+    decide: (command, state) => {
+      switch (command.type) {
+        case 'CreateResource': {
+          if (state.status !== 'none')
+            throw new DomainError(
+              'conflict',
+              'ResourceExists',
+              `${resourceType}/${command.id} already exists`,
+            );
+          const data: CreatedData = {
+            id: command.id,
+            tenantId: command.tenantId,
+            resource: command.resource,
+            at: command.now,
+            ...(command.project !== undefined ? { project: command.project } : {}),
+            ...(command.author !== undefined ? { author: command.author } : {}),
+          };
+          return [{ type: names.created, data }];
+        }
+        case 'UpdateResource': {
+          if (state.status === 'none')
+            throw new DomainError('not_found', 'ResourceNotFound', `no ${resourceType} with this id`);
+          if (state.status === 'deleted')
+            throw new DomainError('gone', 'ResourceDeleted', `${resourceType}/${state.id} was deleted`);
+          if (canonical(state.resource) === canonical(command.resource)) return [];
+          const before = statusOf(state.resource);
+          const after = statusOf(command.resource);
+          // spec issue 3: Task status changes are TaskStatusChanged events; a QuestionnaireResponse
+          // reaching `completed` is QuestionnaireResponseSubmitted.
+          const statusEvent =
+            names.statusChanged !== undefined &&
+            before !== after &&
+            (resourceType === 'Task' || after === 'completed');
+          if (statusEvent)
+            return [
+              {
+                type: names.statusChanged!,
+                data: {
+                  id: state.id,
+                  resource: command.resource,
+                  at: command.now,
+                  ...(before ? { from: before } : {}),
+                },
+              },
+            ];
+          return [
+            { type: names.updated, data: { id: state.id, resource: command.resource, at: command.now } },
+          ];
+        }
+        case 'DeleteResource':
+          if (state.status === 'none')
+            throw new DomainError('not_found', 'ResourceNotFound', `no ${resourceType} with this id`);
+          if (state.status === 'deleted') return [];
+          return [{ type: names.deleted, data: { id: state.id, at: command.now } }];
+        default: {
+          const _exhaustive: never = command;
+          return [];
+        }
+      }
+    },
+  };
+};
+
+export const resourceStream = (resourceType: ResourceType, id: number): string => `${resourceType}-${id}`;

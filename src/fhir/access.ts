@@ -1,0 +1,113 @@
+/**
+ * Scope enforcement on the data server (spec §5 rule 4, §5.3; issue 3 "Authentication").
+ * API clients are governed by their own scopes, tenant-wide. Sessions are governed by their stored
+ * v2 scopes: `system/` tenant-wide, `patient/` only inside the session patient's compartment,
+ * `user/` only what the session user authored (and the user's own Practitioner). Questionnaire
+ * access comes only from project-filtered Questionnaire scopes (spec §5.3 rule 3).
+ */
+import { DomainError } from '../domain/decider.js';
+import type { Content, ResourceType } from '../domain/fhir/resource.js';
+import type { Actor } from '../eventstore/port.js';
+import { identifiersOf } from './references.js';
+import { type Permission, type ResourceScope, scopesFor } from './scopes.js';
+
+/** Who is calling the data server. */
+export interface Principal {
+  readonly kind: 'client' | 'session';
+  readonly tenantId: number;
+  readonly actor: Actor;
+  readonly scopes: readonly ResourceScope[];
+  /** The API client's projects (for a session: those of the client that created it). */
+  readonly projects: readonly string[];
+  /** Session patient id (`patient/` compartment), null without one or for clients. */
+  readonly patientId: number | null;
+  /** `Practitioner/<id>` of the session user, null for clients. */
+  readonly userRef: string | null;
+}
+
+/** The facts about a resource a scope decision needs. */
+export interface AccessTarget {
+  readonly resourceType: ResourceType;
+  readonly id?: number;
+  readonly patientId?: number | null;
+  readonly author?: string | null;
+  readonly project?: string | null;
+  readonly content?: Content;
+}
+
+const PERMISSION_NAMES: Record<Permission, string> = {
+  c: 'create',
+  r: 'read',
+  u: 'update',
+  d: 'delete',
+  s: 'search',
+};
+
+/** Does one Questionnaire scope's filters admit the Questionnaire (spec §5.3 rule 3)? */
+const questionnaireFiltersAdmit = (scope: ResourceScope, target: AccessTarget): boolean => {
+  const content = target.content ?? {};
+  return scope.filters.every(([name, value]) => {
+    switch (name) {
+      case 'project':
+        return target.project === value;
+      case 'url':
+        return content.url === value;
+      case 'version':
+        return content.version === value;
+      case 'identifier': {
+        const [system, code] = value.includes('|') ? value.split('|', 2) : [undefined, value];
+        return identifiersOf(content).some(
+          (i) => i.value === code && (system === undefined || system === '' || i.system === system),
+        );
+      }
+      case 'specialty':
+        return JSON.stringify(content.useContext ?? []).includes(JSON.stringify(value));
+      default:
+        return false;
+    }
+  });
+};
+
+/** Does `scope` (already matching type and permission) cover `target` for `principal`? */
+const covers = (principal: Principal, scope: ResourceScope, target: AccessTarget): boolean => {
+  if (target.resourceType === 'Questionnaire') return questionnaireFiltersAdmit(scope, target);
+  if (principal.kind === 'client') return true;
+  switch (scope.context) {
+    case 'system':
+      return true;
+    case 'patient':
+      return principal.patientId !== null && target.patientId === principal.patientId;
+    case 'user':
+      return (
+        (principal.userRef !== null && target.author === principal.userRef) ||
+        (target.resourceType === 'Practitioner' && principal.userRef === `Practitioner/${target.id}`)
+      );
+  }
+};
+
+/** True when some scope grants `permission` on `target`. */
+export const isAllowed = (principal: Principal, permission: Permission, target: AccessTarget): boolean =>
+  scopesFor([...principal.scopes], { resourceType: target.resourceType, permission }).some((scope) =>
+    covers(principal, scope, target),
+  );
+
+/** True when some scope grants `permission` on `resourceType` at all (before looking at a resource). */
+export const mayAtAll = (principal: Principal, permission: Permission, resourceType: ResourceType): boolean =>
+  scopesFor([...principal.scopes], { resourceType, permission }).length > 0;
+
+/**
+ * Refuses a request its scopes do not cover (spec §5.3 rule 1, §7: 403 `forbidden`).
+ * @throws {DomainError} forbidden.
+ */
+export const authorize = (principal: Principal, permission: Permission, target: AccessTarget): void => {
+  if (!isAllowed(principal, permission, target))
+    throw new DomainError(
+      'forbidden',
+      'ScopeNotGranted',
+      `the ${principal.kind === 'client' ? "client's" : "session's"} scopes do not allow ${PERMISSION_NAMES[permission]} on ${
+        target.id !== undefined ? `${target.resourceType}/${target.id}` : target.resourceType
+      }`,
+      undefined,
+      { issueCode: 'forbidden' },
+    );
+};

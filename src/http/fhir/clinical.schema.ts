@@ -1,0 +1,72 @@
+/** zod schemas of Patient (spec §2.5), Encounter and Practitioner (issue 3). */
+import { z } from 'zod';
+import {
+  defined,
+  envelope,
+  fhirDate,
+  fhirDateTime,
+  firstNameOnly,
+  gender,
+  identifier,
+  reference,
+} from './common.schema.js';
+
+export const patientSchema = z
+  .object({
+    ...envelope('Patient'),
+    identifier: z.array(identifier).optional(),
+    name: firstNameOnly.optional(),
+    gender: gender.optional(),
+    birthDate: fhirDate.optional(),
+  })
+  .strip()
+  .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));
+
+export const practitionerSchema = z
+  .object({
+    ...envelope('Practitioner'),
+    identifier: z.array(identifier).optional(),
+    name: firstNameOnly.optional(),
+    gender: gender.optional(),
+    birthDate: fhirDate.optional(),
+  })
+  .strip()
+  .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));
+
+/** FHIR R5 Encounter.status. */
+export const encounterStatus = z.enum([
+  'planned',
+  'in-progress',
+  'on-hold',
+  'discharged',
+  'completed',
+  'cancelled',
+  'discontinued',
+  'entered-in-error',
+  'unknown',
+]);
+
+const encounterFields = {
+  ...envelope('Encounter'),
+  identifier: z.array(identifier).optional(),
+  status: encounterStatus,
+  subject: reference('Patient'),
+  actualPeriod: z
+    .object({ start: fhirDateTime.optional(), end: fhirDateTime.optional() })
+    .strict()
+    .optional(),
+};
+
+export const encounterCreateSchema = z
+  .object(encounterFields)
+  .strip()
+  .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));
+
+export const encounterUpdateSchema = z
+  .object({
+    ...encounterFields,
+    status: encounterStatus.optional(),
+    subject: reference('Patient').optional(),
+  })
+  .strip()
+  .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));

@@ -1,0 +1,96 @@
+/** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
+import { z } from 'zod';
+
+/** spec §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
+export const identifier = z
+  .object({
+    system: z.string({ error: 'system is required' }).min(1, 'system is required').max(1024),
+    value: z.string({ error: 'value is required' }).min(1, 'value is required').max(1024),
+  })
+  .strict();
+
+/** FHIR `date`: YYYY, YYYY-MM or YYYY-MM-DD, and a real calendar date. */
+export const fhirDate = z
+  .string()
+  .regex(
+    /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/,
+    'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD)',
+  )
+  .refine((v) => {
+    if (v.length < 10) return true;
+    const d = new Date(`${v}T00:00:00Z`);
+    return !Number.isNaN(d.getTime()) && d.toISOString().startsWith(v);
+  }, 'is not a calendar date');
+
+/** FHIR `dateTime` (a date, or a date and time with a time zone). */
+export const fhirDateTime = z
+  .string()
+  .regex(
+    /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/,
+    'must be a FHIR dateTime',
+  )
+  .refine(
+    (v) => v.length < 10 || !Number.isNaN(Date.parse(v.length === 10 ? `${v}T00:00:00Z` : v)),
+    'is not a valid dateTime',
+  );
+
+/** A literal reference to a resource of `type` on this server: `{ "reference": "Type/<id>" }`. */
+export const reference = (type: string) =>
+  z
+    .object({
+      reference: z
+        .string()
+        .regex(new RegExp(`^${type}/\\d{1,10}$`), `must reference a ${type} as ${type}/<id>`),
+      display: z.string().optional(),
+      type: z.literal(type).optional(),
+    })
+    .strict();
+
+/** spec §2.5: only prefix, given, family and text of a name are used; use, suffix, period… are ignored. */
+export const humanName = z
+  .object({
+    prefix: z.array(z.string()).optional(),
+    given: z.array(z.string()).optional(),
+    family: z.string().optional(),
+    text: z.string().optional(),
+  })
+  .strip();
+
+/** spec §2.5: only the first name is stored. */
+export const firstNameOnly = z
+  .array(humanName)
+  .transform((names) => (names.length === 0 ? [] : [names[0]!]))
+  .transform((names) =>
+    names.map((n) => Object.fromEntries(Object.entries(n).filter(([, v]) => v !== undefined))),
+  );
+
+export const gender = z.enum(['male', 'female', 'other', 'unknown']);
+
+/** A CodeableConcept, kept as given. */
+export const codeableConcept = z
+  .object({
+    coding: z
+      .array(
+        z
+          .object({
+            system: z.string().optional(),
+            code: z.string().optional(),
+            display: z.string().optional(),
+          })
+          .passthrough(),
+      )
+      .optional(),
+    text: z.string().optional(),
+  })
+  .passthrough();
+
+/** The envelope every resource body shares; `id` and `meta` are the server's and ignored on input. */
+export const envelope = (resourceType: string) => ({
+  resourceType: z.literal(resourceType, { error: `resourceType must be ${resourceType}` }),
+  id: z.string().optional(),
+  meta: z.unknown().optional(),
+});
+
+/** Drops undefined members so stored content only has what the request gave. */
+export const defined = <T extends Record<string, unknown>>(value: T): Record<string, unknown> =>
+  Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined));

@@ -1,0 +1,78 @@
+/**
+ * Who calls the data server (issue 3 "Authentication"): `Authorization: Basic` client credentials
+ * (governed by the client's own scopes, spec §5 rule 4) or the `auth_session` cookie (governed by
+ * the session's stored v2 scopes, spec §5.3 rule 1).
+ */
+import { parseCookie } from 'cookie';
+import type { Context } from 'koa';
+import type { Casebook } from '../../casebook.js';
+import type { Principal } from '../../fhir/access.js';
+import { parseScopeList, type ResourceScope } from '../../fhir/scopes.js';
+import { authenticateClient } from '../auth/client-auth.js';
+import { SESSION_COOKIE, sessionFromCookie } from '../auth/sessions.js';
+import { HttpError } from '../errors.js';
+
+/**
+ * An API client's own scopes, with Questionnaire access made explicit: a `*` scope grants the
+ * same permissions on the Questionnaires of the client's projects (spec §5.3 rule 3), so
+ * `system/*.*` can also create and maintain its projects' Questionnaires.
+ */
+export const clientScopes = (scopes: readonly string[], projects: readonly string[]): ResourceScope[] => {
+  const parsed = parseScopeList([...scopes]).scopes;
+  const questionnaires = parsed
+    .filter((s) => s.resourceType === '*')
+    .flatMap((s) =>
+      projects.map(
+        (project): ResourceScope => ({
+          context: s.context,
+          resourceType: 'Questionnaire',
+          permissions: [...s.permissions],
+          filters: [['project', project]],
+        }),
+      ),
+    );
+  return [...parsed, ...questionnaires];
+};
+
+/**
+ * Resolves the caller.
+ * @throws {HttpError} 401 without credentials or with an invalid cookie; wrong client credentials.
+ */
+export const resolvePrincipal = async (ctx: Context, casebook: Casebook): Promise<Principal> => {
+  if (ctx.get('Authorization')) {
+    const client = await authenticateClient(ctx, casebook.sql);
+    return {
+      kind: 'client',
+      tenantId: client.tenantId,
+      actor: { type: 'client', id: client.clientId },
+      scopes: clientScopes(client.scopes, client.projects),
+      projects: client.projects,
+      patientId: null,
+      userRef: null,
+    };
+  }
+  if (parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
+    const session = await sessionFromCookie(ctx, casebook);
+    const rows = await casebook.sql.query<{ projects: string[] }>(
+      `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
+      [session.clientId],
+    );
+    return {
+      kind: 'session',
+      tenantId: session.tenantId,
+      actor: { type: 'session', id: String(session.id) },
+      scopes: parseScopeList(session.scopes).scopes,
+      projects: rows[0]?.projects ?? [],
+      patientId: session.patientId,
+      userRef: `Practitioner/${session.userId}`,
+    };
+  }
+  throw new HttpError(
+    401,
+    'AuthenticationRequired',
+    'authenticate with HTTP Basic client credentials or the auth_session cookie',
+    {
+      'WWW-Authenticate': 'Basic realm="casebook", charset="UTF-8"',
+    },
+  );
+};
