@@ -3,12 +3,13 @@
  * seed, events. Commands that print data print JSON.
  */
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import cliProgress from 'cli-progress';
 import { Command, Option } from 'commander';
 import { type Casebook, openCasebook } from '../casebook.js';
 import { generateSecret } from '../commands/secrets.js';
-import { applySeed, bootstrapDemo, readSeed } from '../commands/seed.js';
+import { applySeed, bootstrapDemo, readSeed, upsertQuestionnaire } from '../commands/seed.js';
 import { createTenant, registerClient } from '../commands/tenants.js';
 import { loadConfig } from '../config.js';
 import { DomainError } from '../domain/decider.js';
@@ -213,6 +214,36 @@ clients
           `SELECT client_id, tenant_id, scopes, projects, created_at FROM rm_api_clients ORDER BY client_id`,
         ),
       );
+    }),
+  );
+
+const questionnaires = program
+  .command('questionnaires')
+  .description('Questionnaires (report templates) of a project');
+questionnaires
+  .command('create')
+  .description('create a Questionnaire from a JSON file, or update the one with the same url and version')
+  .requiredOption('--tenant <id>', 'data tenant id', (v) => Number.parseInt(v, 10))
+  .requiredOption('--project <project>', 'the service-account project it belongs to (spec §5.3 rule 3)')
+  .requiredOption('--file <path>', 'a Questionnaire resource (JSON)')
+  .action((o: { tenant: number; project: string; file: string }) =>
+    withCasebook(async (casebook) => {
+      const resource = JSON.parse(readFileSync(o.file, 'utf8')) as Record<string, unknown>;
+      print(await upsertQuestionnaire(cliContext(casebook, o.tenant), o.tenant, o.project, resource));
+    }),
+  );
+questionnaires
+  .command('list')
+  .description('list the Questionnaires of a tenant')
+  .requiredOption('--tenant <id>', 'data tenant id', (v) => Number.parseInt(v, 10))
+  .action((o: { tenant: number }) =>
+    withCasebook(async (casebook) => {
+      const rows = await casebook.sql.query(
+        `SELECT id, project, content->>'url' AS url, content->>'version' AS version, content->>'title' AS title, version_id
+         FROM rm_resources WHERE resource_type = 'Questionnaire' AND tenant_id = $1 AND NOT deleted ORDER BY id`,
+        [o.tenant],
+      );
+      print(rows);
     }),
   );
 

@@ -5,6 +5,11 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { Casebook } from '../casebook.js';
+import { DomainError } from '../domain/decider.js';
+import { DEFINITIONS } from '../http/fhir/definitions.js';
+import { searchResources } from '../projections/resources.js';
+import type { CommandContext } from './context.js';
+import { createResource, updateResource } from './resources.js';
 import { generateSecret } from './secrets.js';
 import { createTenant, registerClient } from './tenants.js';
 
@@ -34,7 +39,17 @@ export const seedSchema = z
             )
             .default([]),
           questionnaires: z
-            .array(z.object({ project: z.string(), resource: z.record(z.string(), z.unknown()) }).strict())
+            .array(
+              z
+                .object({
+                  project: z.string().min(1),
+                  // The url (with version) identifies the Questionnaire, so applying a seed again updates it.
+                  resource: z
+                    .record(z.string(), z.unknown())
+                    .refine((r) => typeof r.url === 'string', 'a seeded Questionnaire needs a url'),
+                })
+                .strict(),
+            )
             .default([]),
         })
         .strict(),
@@ -66,14 +81,59 @@ export const readSeed = (path: string): Seed => {
 export interface SeedReport {
   readonly tenants: { name: string; id: number; created: boolean }[];
   readonly clients: { clientId: string; created: boolean }[];
+  readonly questionnaires: {
+    id: number;
+    url: string | null;
+    version: string | null;
+    project: string;
+    outcome: QuestionnaireOutcome;
+  }[];
 }
+
+export type QuestionnaireOutcome = 'created' | 'updated' | 'unchanged';
+
+/**
+ * Creates a Questionnaire of `project` in the tenant, or, when one with the same `url` and
+ * `version` exists there, updates it (issue 3: Questionnaires are created by seed, CLI or POST).
+ * @throws {ZodError} invalid Questionnaire; {DomainError} when the url|version belongs to another project.
+ */
+export const upsertQuestionnaire = async (
+  ctx: CommandContext,
+  tenantId: number,
+  project: string,
+  resource: Record<string, unknown>,
+): Promise<{ id: number; outcome: QuestionnaireOutcome }> => {
+  const def = DEFINITIONS.Questionnaire;
+  const content = def.parse({ ...resource, resourceType: 'Questionnaire' }, 'create');
+  const url = typeof content.url === 'string' ? content.url : undefined;
+  const version = typeof content.version === 'string' ? content.version : undefined;
+  if (url) {
+    const matches = await searchResources(ctx.sql, 'Questionnaire', tenantId, {
+      elements: [{ element: 'url', values: [url] }],
+      limit: 100,
+    });
+    const match = matches.find((m) => (m.resource.version ?? undefined) === version);
+    if (match) {
+      if (match.project !== project)
+        throw new DomainError(
+          'conflict',
+          'QuestionnaireInOtherProject',
+          `${url}|${version ?? ''} belongs to project ${match.project}`,
+        );
+      const result = await updateResource(ctx, def, tenantId, match.id, content);
+      return { id: match.id, outcome: result.versionId === match.versionId ? 'unchanged' : 'updated' };
+    }
+  }
+  const created = await createResource(ctx, def, tenantId, content, { project });
+  return { id: created.id, outcome: 'created' };
+};
 
 /**
  * Applies a seed: tenants and clients are created when missing and converged when present, so
  * applying the same seed twice appends nothing the second time.
  */
 export const applySeed = async (casebook: Casebook, seed: Seed): Promise<SeedReport> => {
-  const report: SeedReport = { tenants: [], clients: [] };
+  const report: SeedReport = { tenants: [], clients: [], questionnaires: [] };
   for (const t of seed.tenants) {
     const ctx = casebook.context({ tenantId: null, actor: { type: 'system', id: 'seed' } });
     const { tenantId, created } = await createTenant(
@@ -95,8 +155,75 @@ export const applySeed = async (casebook: Casebook, seed: Seed): Promise<SeedRep
       );
       report.clients.push({ clientId: c.client_id, created: result.created });
     }
+    for (const q of t.questionnaires) {
+      const { id, outcome } = await upsertQuestionnaire(
+        { ...ctx, tenantId },
+        tenantId,
+        q.project,
+        q.resource,
+      );
+      report.questionnaires.push({
+        id,
+        url: typeof q.resource.url === 'string' ? q.resource.url : null,
+        version: typeof q.resource.version === 'string' ? q.resource.version : null,
+        project: q.project,
+        outcome,
+      });
+    }
   }
   return report;
+};
+
+/** The demo Questionnaire: a short chest X-ray report (README walkthrough). */
+export const DEMO_QUESTIONNAIRE: Record<string, unknown> = {
+  resourceType: 'Questionnaire',
+  url: 'https://casebook.dev/fhir/Questionnaire/demo-chest-xray',
+  version: '1.0.0',
+  name: 'DemoChestXray',
+  title: 'Chest X-ray report',
+  status: 'active',
+  item: [
+    { linkId: 'indication', text: 'Clinical indication', type: 'string', required: true },
+    {
+      linkId: 'findings',
+      text: 'Findings',
+      type: 'group',
+      item: [
+        {
+          linkId: 'findings.lungs',
+          text: 'Lungs',
+          type: 'coding',
+          required: true,
+          answerOption: [
+            {
+              valueCoding: {
+                system: 'https://casebook.dev/fhir/CodeSystem/demo',
+                code: 'clear',
+                display: 'Clear',
+              },
+            },
+            {
+              valueCoding: {
+                system: 'https://casebook.dev/fhir/CodeSystem/demo',
+                code: 'consolidation',
+                display: 'Consolidation',
+              },
+            },
+            {
+              valueCoding: {
+                system: 'https://casebook.dev/fhir/CodeSystem/demo',
+                code: 'effusion',
+                display: 'Pleural effusion',
+              },
+            },
+          ],
+        },
+        { linkId: 'findings.heart-enlarged', text: 'Heart enlarged', type: 'boolean' },
+        { linkId: 'findings.other', text: 'Other findings', type: 'text' },
+      ],
+    },
+    { linkId: 'impression', text: 'Impression', type: 'text', required: true },
+  ],
 };
 
 /** The demo client's id (README walkthrough). */
@@ -126,7 +253,7 @@ export const bootstrapDemo = async (
             projects: ['demo'],
           },
         ],
-        questionnaires: [],
+        questionnaires: [{ project: 'demo', resource: DEMO_QUESTIONNAIRE }],
       },
     ],
   });

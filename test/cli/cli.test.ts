@@ -124,6 +124,18 @@ describe('casebook CLI on the Postgres server', function () {
                 projects: ['radiology'],
               },
             ],
+            questionnaires: [
+              {
+                project: 'radiology',
+                resource: {
+                  resourceType: 'Questionnaire',
+                  url: 'https://forms.example/ct',
+                  version: '1',
+                  status: 'active',
+                  item: [{ linkId: 'finding', text: 'Finding', type: 'string' }],
+                },
+              },
+            ],
           },
         ],
       }),
@@ -132,12 +144,18 @@ describe('casebook CLI on the Postgres server', function () {
     expect(first).to.deep.equal({
       tenants: [{ name: 'Seeded Hospital', id: 2, created: true }],
       clients: [{ clientId: 'seeded-ehr', created: true }],
+      questionnaires: [
+        { id: 1, url: 'https://forms.example/ct', version: '1', project: 'radiology', outcome: 'created' },
+      ],
     });
     const before = (await exportAll()).length;
     const second = JSON.parse(await cli(['seed', file], env));
     expect(second).to.deep.equal({
       tenants: [{ name: 'Seeded Hospital', id: 2, created: false }],
       clients: [{ clientId: 'seeded-ehr', created: false }],
+      questionnaires: [
+        { id: 1, url: 'https://forms.example/ct', version: '1', project: 'radiology', outcome: 'unchanged' },
+      ],
     });
     expect((await exportAll()).length).to.equal(before);
   });

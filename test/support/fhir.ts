@@ -35,7 +35,9 @@ export const fhir = async (
   const res = await fetch(`${base}${path.startsWith('/') ? path : `/${path}`}`, {
     method,
     headers,
-    ...(options.body !== undefined ? { body: typeof options.body === 'string' ? options.body : JSON.stringify(options.body) } : {}),
+    ...(options.body !== undefined
+      ? { body: typeof options.body === 'string' ? options.body : JSON.stringify(options.body) }
+      : {}),
   });
   const text = await res.text();
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
@@ -71,7 +73,10 @@ export const sessionCookie = async (
     { redirect: 'manual' },
   );
   expect(handover.status).to.equal(303);
-  const cookie = handover.headers.getSetCookie().find((c) => c.startsWith('auth_session='))!.split(';')[0]!;
+  const cookie = handover.headers
+    .getSetCookie()
+    .find((c) => c.startsWith('auth_session='))!
+    .split(';')[0]!;
   return { cookie: { cookie }, session };
 };
 

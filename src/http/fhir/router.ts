@@ -482,11 +482,11 @@ export const fhirRouter = (casebook: Casebook): Router => {
     ctx.body = await transaction(casebook, handlers, contextFor(ctx, principal), principal, ctx.request.body);
   });
 
-  router.get('/:type', async (ctx) => {
+  const search = async (ctx: Context, parameters: Record<string, string | string[] | undefined>) => {
     const def = definitionOf(ctx.params.type!);
     const principal = await resolvePrincipal(ctx, casebook);
     if (!mayAtAll(principal, 's', def.type)) authorize(principal, 's', { resourceType: def.type });
-    const { query, includes } = parseSearch(def.type, ctx.query);
+    const { query, includes } = parseSearch(def.type, parameters);
     const rows = (
       await searchResources(casebook.sql, def.type, principal.tenantId, { ...query, limit: 1000 })
     )
@@ -516,7 +516,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
       resourceType: 'Bundle',
       type: 'searchset',
       total: rows.length,
-      link: [{ relation: 'self', url: `${base}/${def.type}${ctx.querystring ? `?${ctx.querystring}` : ''}` }],
+      link: [{ relation: 'self', url: selfUrl(def.type, parameters) }],
       entry: [
         ...rows.map((row) => ({
           fullUrl: `${base}/${row.resourceType}/${row.id}`,
@@ -530,6 +530,39 @@ export const fhirRouter = (casebook: Casebook): Router => {
         })),
       ],
     };
+  };
+
+  const selfUrl = (type: string, parameters: Record<string, string | string[] | undefined>) => {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(parameters))
+      for (const v of Array.isArray(value) ? value : value === undefined ? [] : [value])
+        query.append(name, v);
+    const text = query.toString();
+    return `${base}/${type}${text ? `?${text}` : ''}`;
+  };
+
+  router.get('/:type', (ctx) => search(ctx, ctx.query));
+  // FHIR search by POST: form-encoded parameters (and any in the query string).
+  router.post('/:type/_search', (ctx) => {
+    if (!ctx.is('application/x-www-form-urlencoded'))
+      throw new HttpError(
+        415,
+        'UnsupportedMediaType',
+        'POST _search takes application/x-www-form-urlencoded parameters',
+      );
+    return search(ctx, { ...ctx.query, ...(ctx.request.body as Record<string, string | string[]>) });
+  });
+  router.get('/:type/_history', (ctx) => {
+    definitionOf(ctx.params.type!);
+    throw new DomainError(
+      'not_found',
+      'UnsupportedInteraction',
+      'type-level history is not supported: use GET /{type}/{id}/_history',
+      undefined,
+      {
+        issueCode: 'not-supported',
+      },
+    );
   });
 
   router.post('/:type', async (ctx) => {
@@ -581,7 +614,9 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const identifier = ctx.query.identifier;
     if (Array.isArray(identifier))
       throw new DomainError('invalid', 'RepeatedSearchParameter', 'give identifier once', 'identifier');
-    const others = Object.keys(ctx.query).filter((k) => k !== 'identifier');
+    const others = Object.keys(ctx.query).filter(
+      (k) => k !== 'identifier' && k !== '_format' && k !== '_pretty',
+    );
     if (others.length)
       throw new DomainError(
         'invalid',
