@@ -50,7 +50,7 @@ for (const leg of legs) {
   describe(`README walkthrough on ${leg.name}`, function () {
     this.timeout(120_000);
 
-    it('creates, hands over, reads and deletes a session; the event log shows every step', async () => {
+    it('runs the session and FHIR walkthroughs as written; the event log shows every step', async () => {
       const { env, dispose } = await leg.setup();
       try {
         const server = await startServer(env);
@@ -75,6 +75,20 @@ for (const leg of legs) {
           expect(out).to.include('HTTP 204');
           expect(out.match(/HTTP 401/g)).to.have.length(2);
           sessionId = /"id":(\d+)/.exec(out)![1]!;
+          const fhir = await script('scripts/fhir-walkthrough.sh', {
+            CASEBOOK_CLIENT_ID: 'demo-ehr',
+            CASEBOOK_CLIENT_SECRET: secret!,
+            CASEBOOK_AUTH_URL: `${base}/auth`,
+            CASEBOOK_APP_URL: `${base}/app`,
+            CASEBOOK_FHIR_URL: `${base}/fhir/r5`,
+          });
+          expect(fhir).to.match(/"resourceType":"Patient","id":"\d+","meta":\{"versionId":"1"/);
+          expect(fhir).to.match(
+            /"meta":\{"versionId":"2".*"identifier":\[\{"system":"urn:demo:mrn","value":"MRN-\d+"\},\{"system":"urn:demo:insurance","value":"INS-77"\}\]/,
+          );
+          expect(fhir).to.match(/"type":"history","total":2/);
+          expect(fhir).to.match(/"code":"duplicate".*\nHTTP 409/s);
+          expect(fhir).to.match(/"code":"forbidden".*\nHTTP 403/s);
         } finally {
           await server.stop();
         }
