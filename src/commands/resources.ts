@@ -17,6 +17,7 @@ import { identifierKey, reservationDecider, reservationStream } from '../domain/
 import { type ExpectedState, WrongExpectedVersion } from '../eventstore/port.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
+import { searchResources } from '../projections/resources.js';
 import { allocateId, type CommandContext, type IdKind } from './context.js';
 import { appendAtomically, load, MAX_ATTEMPTS } from './handle.js';
 
@@ -63,8 +64,8 @@ const checkReferences = async (
       throw new DomainError(
         'unprocessable',
         'ReferenceNotFound',
-        `${ref.expression}: ${ref.resourceType}/${ref.id} does not exist in this data tenant`,
-        ref.expression,
+        `${def.type}.${ref.expression}: ${ref.resourceType}/${ref.id} does not exist in this data tenant`,
+        `${def.type}.${ref.expression}`,
         { issueCode: 'not-found' },
       );
   }
@@ -256,7 +257,11 @@ export const updateResource = async (
 
 /**
  * Conditional update by identifier (spec §4.3 rule 2): updates the resource holding
- * `system|value` (merging identifiers), or creates it with that identifier.
+ * `system|value` (merging identifiers), or creates it with that identifier. Racing calls for the
+ * same new identifier converge: the losers find the winner's resource and update it.
+ * @param content the content to update with (partial for the clinical context resources).
+ * @param createContent the content to create with, parsed as strictly as a create; called only
+ *   when nothing matches (throws the create's validation errors).
  * @returns created: true when no resource matched (the interface still answers 200).
  */
 export const conditionalUpdate = async (
@@ -266,18 +271,33 @@ export const conditionalUpdate = async (
   match: { system: string; value: string },
   content: Content,
   options: CreateOptions = {},
-): Promise<WriteResult> =>
-  withRetry(async () => {
-    const id = await findByIdentifier(ctx, def.type, tenantId, match.system, match.value);
-    const given = identifiersOf(content);
-    const withMatch = { ...content, identifier: [...given, ...minus([match], given)] };
+  createContent: () => Content = () => content,
+): Promise<WriteResult> => {
+  const withMatch = (c: Content) => {
+    const given = identifiersOf(c);
+    return { ...c, identifier: [...given, ...minus([match], given)] };
+  };
+  for (let attempt = 1; ; attempt++) {
+    const id = def.uniqueIdentifiers
+      ? await findByIdentifier(ctx, def.type, tenantId, match.system, match.value)
+      : (await searchResources(ctx.sql, def.type, tenantId, { identifiers: [match], limit: 1 }))[0]?.id;
     if (id !== undefined) {
       const { state } = await loadResource(ctx, def.type, id, tenantId);
       if (state.status === 'active')
-        return updateResource(ctx, def, tenantId, id, withMatch, { mergeIdentifiers: true });
+        return updateResource(ctx, def, tenantId, id, withMatch(content), { mergeIdentifiers: true });
     }
-    return createResource(ctx, def, tenantId, withMatch, options);
-  });
+    try {
+      return await createResource(ctx, def, tenantId, withMatch(createContent()), options);
+    } catch (error) {
+      // Another request created it first: look again and update that one.
+      const lostRace =
+        (error instanceof DomainError && error.code === 'DuplicateIdentifier') ||
+        error instanceof WrongExpectedVersion;
+      if (lostRace && attempt < MAX_ATTEMPTS) continue;
+      throw error;
+    }
+  }
+};
 
 /**
  * Deletes resource `id` permanently (spec §4.3 rule 4): refused with 409 while live resources of

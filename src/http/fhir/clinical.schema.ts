@@ -7,14 +7,14 @@ import {
   fhirDateTime,
   firstNameOnly,
   gender,
-  identifier,
+  identifierList,
   reference,
 } from './common.schema.js';
 
 export const patientSchema = z
   .object({
     ...envelope('Patient'),
-    identifier: z.array(identifier).optional(),
+    identifier: identifierList.optional(),
     name: firstNameOnly.optional(),
     gender: gender.optional(),
     birthDate: fhirDate.optional(),
@@ -25,7 +25,7 @@ export const patientSchema = z
 export const practitionerSchema = z
   .object({
     ...envelope('Practitioner'),
-    identifier: z.array(identifier).optional(),
+    identifier: identifierList.optional(),
     name: firstNameOnly.optional(),
     gender: gender.optional(),
     birthDate: fhirDate.optional(),
@@ -46,10 +46,15 @@ export const encounterStatus = z.enum([
   'unknown',
 ]);
 
+/** Encounter.status on create: a missing status is `required`, a wrong one `invalid`. */
+const requiredEncounterStatus = z
+  .string({ error: (issue) => (issue.input === undefined ? 'status is required' : 'status must be a code') })
+  .pipe(encounterStatus);
+
 const encounterFields = {
   ...envelope('Encounter'),
-  identifier: z.array(identifier).optional(),
-  status: encounterStatus,
+  identifier: identifierList.optional(),
+  status: requiredEncounterStatus,
   subject: reference('Patient'),
   actualPeriod: z
     .object({ start: fhirDateTime.optional(), end: fhirDateTime.optional() })

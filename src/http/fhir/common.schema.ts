@@ -4,33 +4,65 @@ import { z } from 'zod';
 /** spec §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
 export const identifier = z
   .object({
-    system: z.string({ error: 'system is required' }).min(1, 'system is required').max(1024),
-    value: z.string({ error: 'value is required' }).min(1, 'value is required').max(1024),
+    system: z
+      .string({
+        error: (issue) => (issue.input === undefined ? 'system is required' : 'system must be a string'),
+      })
+      .min(1, 'system must not be empty')
+      .max(1024),
+    value: z
+      .string({
+        error: (issue) => (issue.input === undefined ? 'value is required' : 'value must be a string'),
+      })
+      .min(1, 'value must not be empty')
+      .max(1024),
   })
   .strict();
 
-/** FHIR `date`: YYYY, YYYY-MM or YYYY-MM-DD, and a real calendar date. */
+/**
+ * A list of identifiers. The same `system|value` twice is refused (422 at the repeat): an
+ * identifier is held once, and its reservation can be claimed once.
+ */
+export const identifierList = z.array(identifier).superRefine((list, ctx) => {
+  list.forEach((entry, index) => {
+    if (typeof entry?.system !== 'string' || typeof entry?.value !== 'string') return;
+    const first = list.findIndex((other) => other?.system === entry.system && other?.value === entry.value);
+    if (first < index)
+      ctx.addIssue({
+        code: 'custom',
+        path: [index],
+        message: `repeats identifier[${first}] (${entry.system}|${entry.value})`,
+      });
+  });
+});
+
+const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
+
+/**
+ * FHIR `date`: YYYY, YYYY-MM or YYYY-MM-DD, and a real calendar date. The calendar check only
+ * runs on values of the right format, so a malformed value is reported once.
+ */
 export const fhirDate = z
   .string()
-  .regex(
-    /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/,
-    'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD)',
-  )
+  .regex(FHIR_DATE, 'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD)')
   .refine((v) => {
-    if (v.length < 10) return true;
+    if (!FHIR_DATE.test(v) || v.length < 10) return true;
     const d = new Date(`${v}T00:00:00Z`);
     return !Number.isNaN(d.getTime()) && d.toISOString().startsWith(v);
   }, 'is not a calendar date');
 
-/** FHIR `dateTime` (a date, or a date and time with a time zone). */
+const FHIR_DATE_TIME =
+  /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
+
+/** FHIR `dateTime` (a date, or a date and time with a time zone); a malformed value is reported once. */
 export const fhirDateTime = z
   .string()
-  .regex(
-    /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/,
-    'must be a FHIR dateTime',
-  )
+  .regex(FHIR_DATE_TIME, 'must be a FHIR dateTime')
   .refine(
-    (v) => v.length < 10 || !Number.isNaN(Date.parse(v.length === 10 ? `${v}T00:00:00Z` : v)),
+    (v) =>
+      !FHIR_DATE_TIME.test(v) ||
+      v.length < 10 ||
+      !Number.isNaN(Date.parse(v.length === 10 ? `${v}T00:00:00Z` : v)),
     'is not a valid dateTime',
   );
 

@@ -338,6 +338,8 @@ export const fhirHandlers = (): FhirHandlers => {
         { system: token.system!, value: token.value },
         content,
         author ? { author } : {},
+        // Creating validates like a create (required elements), not like a partial update.
+        () => parseResource(def, body, 'create'),
       );
     },
     async remove(ctx, principal, def, id, ifMatch) {
