@@ -52,6 +52,7 @@ export const ID_SEQUENCES = [
   'Task',
   'Questionnaire',
   'QuestionnaireResponse',
+  'ValueSet',
 ] as const;
 export type IdKind = (typeof ID_SEQUENCES)[number];
 

@@ -2,6 +2,7 @@
  * The Koa app serving the hosts of DESIGN.md §1 under the paths of their public URLs.
  */
 
+import cors from '@koa/cors';
 import Router from '@koa/router';
 import Koa from 'koa';
 import { koaBody } from 'koa-body';
@@ -11,6 +12,8 @@ import { sessionsRouter } from './auth/sessions.js';
 import { HttpError, sendProblem, toProblem } from './errors.js';
 import { sendOutcome, toOutcome } from './fhir/outcome.js';
 import { fhirRouter } from './fhir/router.js';
+import { SDC_OPERATIONS } from './sdc/operations.js';
+import { sdcRouter } from './sdc/router.js';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -26,7 +29,20 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   app.proxy = true;
   const { logger } = casebook;
   const fhirPrefix = mountPath(casebook.config.fhirUrl);
-  const isFhir = (path: string) => path === fhirPrefix || path.startsWith(`${fhirPrefix}/`);
+  const sdcPrefix = mountPath(casebook.config.sdcUrl);
+  const under = (prefix: string, path: string) => path === prefix || path.startsWith(`${prefix}/`);
+  const isFhir = (path: string) => under(fhirPrefix, path) || under(sdcPrefix, path);
+  // spec §4.5: CORS for the web SDK on the data server and form backend: the app origin and
+  // CORS_ORIGINS only, with credentials, these methods and headers; preflights answered.
+  const corsOrigins = new Set([new URL(casebook.config.appUrl).origin, ...casebook.config.corsOrigins]);
+  const corsMiddleware = cors({
+    origin: (ctx) => (corsOrigins.has(ctx.get('Origin')) ? ctx.get('Origin') : ''),
+    credentials: true,
+    allowMethods: ['GET', 'POST', 'PUT', 'DELETE', 'OPTIONS'],
+    allowHeaders: ['Content-Type', 'Authorization'],
+    exposeHeaders: ['Location', 'ETag', 'Last-Modified'],
+    maxAge: 600,
+  });
 
   app.use(async (ctx, next) => {
     const started = performance.now();
@@ -95,6 +111,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
     }
   });
 
+  app.use((ctx, next) => (isFhir(ctx.path) ? corsMiddleware(ctx, next) : next()));
+
   app.use(
     koaBody({
       json: true,
@@ -110,8 +128,13 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const root = new Router();
   const auth = sessionsRouter(casebook);
   root.use(mountPath(casebook.config.authUrl), auth.routes(), auth.allowedMethods());
+  // The form backend first: its `$operation` paths would otherwise match `/:type/:id`.
+  const sdc = sdcRouter(casebook, SDC_OPERATIONS);
+  root.use(sdcPrefix, sdc.routes());
   const fhir = fhirRouter(casebook);
   root.use(fhirPrefix, fhir.routes(), fhir.allowedMethods());
+  // spec §4.5: the SDK also reads Questionnaires and posts QuestionnaireResponses at the form backend.
+  if (sdcPrefix !== fhirPrefix) root.use(sdcPrefix, fhir.routes(), fhir.allowedMethods());
   root.get('/healthz', (ctx) => {
     ctx.body = { status: 'ok' };
   });

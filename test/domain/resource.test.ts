@@ -64,6 +64,7 @@ const CONTENT: Record<ResourceType, Content> = {
     status: 'in-progress',
     subject: { reference: 'Patient/3' },
   },
+  ValueSet: { url: 'https://example.org/vs/severity', status: 'active' },
 };
 
 const EXPECTED_NAMES: Record<ResourceType, readonly [string, string, string, string?]> = {
@@ -78,10 +79,11 @@ const EXPECTED_NAMES: Record<ResourceType, readonly [string, string, string, str
     'QuestionnaireResponseDeleted',
     'QuestionnaireResponseSubmitted',
   ],
+  ValueSet: ['ValueSetCreated', 'ValueSetUpdated', 'ValueSetDeleted'],
 };
 
 describe('resource decider', () => {
-  it('knows exactly the six resource types casebook stores', () => {
+  it('knows exactly the resource types casebook stores', () => {
     expect([...RESOURCE_TYPES]).to.deep.equal([
       'Patient',
       'Encounter',
@@ -89,6 +91,7 @@ describe('resource decider', () => {
       'Task',
       'Questionnaire',
       'QuestionnaireResponse',
+      'ValueSet',
     ]);
   });
 

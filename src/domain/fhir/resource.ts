@@ -1,6 +1,6 @@
 /**
  * One decider for every FHIR resource casebook stores (issue 3; spec §2.5–2.6, §4.3): Patient,
- * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse. Stream `<type>-<id>`.
+ * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse, ValueSet. Stream `<type>-<id>`.
  *
  * Every event carries the resource's full content after it, so event n of a stream is version
  * n + 1 of the resource (`meta.versionId` = revision + 1) and history/vread fold the stream.
@@ -16,6 +16,7 @@ export const RESOURCE_TYPES = [
   'Task',
   'Questionnaire',
   'QuestionnaireResponse',
+  'ValueSet',
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 
@@ -59,6 +60,7 @@ export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
     deleted: 'QuestionnaireResponseDeleted',
     statusChanged: 'QuestionnaireResponseSubmitted',
   },
+  ValueSet: { created: 'ValueSetCreated', updated: 'ValueSetUpdated', deleted: 'ValueSetDeleted' },
 };
 
 /** Which event a name is, for any resource type; undefined for other events. */

@@ -9,7 +9,12 @@ import {
   patientSchema,
   practitionerSchema,
 } from './clinical.schema.js';
-import { questionnaireResponseSchema, questionnaireSchema, taskSchema } from './workflow.schema.js';
+import {
+  questionnaireResponseSchema,
+  questionnaireSchema,
+  taskSchema,
+  valueSetSchema,
+} from './workflow.schema.js';
 
 const refs =
   (...paths: [element: string, type: ResourceType][]) =>
@@ -77,6 +82,14 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     partialUpdate: false,
     uniqueIdentifiers: false,
     references: refs(['subject', 'Patient'], ['encounter', 'Encounter'], ['author', 'Practitioner']),
+    deleteBlockedBy: [],
+  },
+  ValueSet: {
+    type: 'ValueSet',
+    parse: parser(valueSetSchema),
+    partialUpdate: false,
+    uniqueIdentifiers: false,
+    references: () => [],
     deleteBlockedBy: [],
   },
 };

@@ -55,4 +55,11 @@ export const SEARCH_PARAMETERS: Record<ResourceType, TypeSearch> = {
     },
     _include: ['QuestionnaireResponse:subject', 'QuestionnaireResponse:encounter'],
   },
+  ValueSet: {
+    parameters: {
+      _id: id,
+      url: { kind: 'element', element: 'url', type: 'uri' },
+      version: { kind: 'element', element: 'version', type: 'token' },
+    },
+  },
 };

@@ -124,3 +124,40 @@ export const questionnaireResponseSchema = z
   })
   .strip()
   .transform(strip);
+
+/** A ValueSet's concepts and compose (for ValueSet $expand, issue 4); other elements are kept. */
+const valueSetConcept = z.object({ code: z.string().min(1), display: z.string().optional() }).passthrough();
+
+export const valueSetSchema = z
+  .object({
+    ...envelope('ValueSet'),
+    url: z.string().url().optional(),
+    version: z.string().optional(),
+    identifier: z.array(identifier).optional(),
+    name: z.string().optional(),
+    title: z.string().optional(),
+    status: z.enum(['draft', 'active', 'retired', 'unknown']),
+    compose: z
+      .object({
+        include: z.array(
+          z
+            .object({
+              system: z.string().optional(),
+              version: z.string().optional(),
+              concept: z.array(valueSetConcept).optional(),
+            })
+            .passthrough(),
+        ),
+        exclude: z
+          .array(
+            z
+              .object({ system: z.string().optional(), concept: z.array(valueSetConcept).optional() })
+              .passthrough(),
+          )
+          .optional(),
+      })
+      .passthrough()
+      .optional(),
+  })
+  .passthrough()
+  .transform(strip);

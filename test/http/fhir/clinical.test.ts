@@ -1584,7 +1584,7 @@ for (const database of testDatabases) {
     });
 
     describe('GET /metadata', () => {
-      it('is a CapabilityStatement listing the six resource types, their interactions and search parameters', async () => {
+      it('is a CapabilityStatement listing the resource types, their interactions and search parameters', async () => {
         const res = await fhir(app, 'GET', '/metadata', { auth: null });
         expect(res.status).to.equal(200);
         expect(res.headers.get('content-type')).to.match(/^application\/fhir\+json/);
@@ -1607,6 +1607,7 @@ for (const database of testDatabases) {
           'Task',
           'Questionnaire',
           'QuestionnaireResponse',
+          'ValueSet',
         ]);
         const byType = Object.fromEntries(rest.resource.map((r: any) => [r.type, r]));
         for (const r of rest.resource) {
