@@ -496,6 +496,7 @@ describe('resource decider', () => {
         'Task-12',
         'Questionnaire-12',
         'QuestionnaireResponse-12',
+        'ValueSet-12',
       ]);
     });
   });
