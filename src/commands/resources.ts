@@ -149,6 +149,29 @@ const withRetry = async <T>(fn: () => Promise<T>, retry = true): Promise<T> => {
   }
 };
 
+/**
+ * The resource's current version (`meta.versionId` = stream revision + 1), checked against the
+ * version an If-Match header named.
+ * @throws {DomainError} 412 when `ifMatch` is given and differs.
+ */
+const checkVersion = (
+  type: ResourceType,
+  id: number,
+  expected: ExpectedState,
+  ifMatch: number | undefined,
+): number => {
+  const currentVersion = expected === 'no_stream' ? 0 : Number(expected) + 1;
+  if (ifMatch !== undefined && ifMatch !== currentVersion)
+    throw new DomainError(
+      'precondition_failed',
+      'VersionMismatch',
+      `If-Match names version ${ifMatch} but ${type}/${id} is at version ${currentVersion}`,
+      undefined,
+      { issueCode: 'conflict' },
+    );
+  return currentVersion;
+};
+
 export interface CreateOptions {
   /** Questionnaire: its project (spec §5.3 rule 3). */
   readonly project?: string;
@@ -216,15 +239,7 @@ export const updateResource = async (
   return withRetry(async () => {
     const { state, expected } = await loadResource(ctx, def.type, id, tenantId);
     if (state.status === 'none') throw notFound(def.type, id);
-    const currentVersion = expected === 'no_stream' ? 0 : Number(expected) + 1;
-    if (options.ifMatch !== undefined && options.ifMatch !== currentVersion)
-      throw new DomainError(
-        'precondition_failed',
-        'VersionMismatch',
-        `If-Match names version ${options.ifMatch} but ${def.type}/${id} is at version ${currentVersion}`,
-        undefined,
-        { issueCode: 'conflict' },
-      );
+    const currentVersion = checkVersion(def.type, id, expected, options.ifMatch);
     let next = merged(def, state.resource, content);
     if (options.mergeIdentifiers) {
       // spec §4.3 rule 2: conditional update merges submitted identifiers with the existing ones.
@@ -318,15 +333,7 @@ export const deleteResource = async (
   await withRetry(async () => {
     const { state, expected } = await loadResource(ctx, def.type, id, tenantId);
     if (state.status === 'none') throw notFound(def.type, id);
-    const currentVersion = expected === 'no_stream' ? 0 : Number(expected) + 1;
-    if (options.ifMatch !== undefined && options.ifMatch !== currentVersion)
-      throw new DomainError(
-        'precondition_failed',
-        'VersionMismatch',
-        `If-Match names version ${options.ifMatch} but ${def.type}/${id} is at version ${currentVersion}`,
-        undefined,
-        { issueCode: 'conflict' },
-      );
+    const currentVersion = checkVersion(def.type, id, expected, options.ifMatch);
     if (state.status === 'deleted') return;
     const referencing = await referencedBy();
     if (referencing.length > 0)
