@@ -41,10 +41,20 @@ export class ResourceValidationError extends Error {
   constructor(
     readonly resourceType: string,
     readonly zodError: ZodError,
+    /** The body that failed, to tell a missing element (`required`) from a wrong one (`invalid`). */
+    readonly body?: unknown,
   ) {
     super(`invalid ${resourceType}`);
   }
 }
+
+/** The value at a zod path inside `body`, undefined when absent. */
+const valueAt = (body: unknown, path: readonly PropertyKey[]): unknown =>
+  path.reduce<unknown>(
+    (value, key) =>
+      value !== null && typeof value === 'object' ? (value as Record<PropertyKey, unknown>)[key] : undefined,
+    body,
+  );
 
 /** FHIRPath of a zod path inside a resource, e.g. `Patient.identifier[0].use`. */
 const fhirPath = (resourceType: string, path: readonly PropertyKey[]) => {
@@ -65,7 +75,11 @@ export const toOutcome = (
           diagnostics: `${fhirPath(error.resourceType, i.path)}: element ${key} is not allowed here`,
           expression: [fhirPath(error.resourceType, [...i.path, key])],
         }));
-      const missing = i.code === 'invalid_type' && /received undefined|required/.test(i.message);
+      // zod 4 reports a missing enum/literal as invalid_value: look at the body itself.
+      const missing =
+        error.body !== undefined
+          ? valueAt(error.body, i.path) === undefined
+          : i.code === 'invalid_type' && /received undefined|required/.test(i.message);
       return [
         {
           severity: 'error',

@@ -99,7 +99,7 @@ export const parseResource = (def: ResourceDefinition, body: unknown, mode: 'cre
   try {
     return def.parse(body, mode);
   } catch (error) {
-    if (error instanceof ZodError) throw new ResourceValidationError(def.type, error);
+    if (error instanceof ZodError) throw new ResourceValidationError(def.type, error, body);
     throw error;
   }
 };
@@ -314,6 +314,8 @@ export const fhirHandlers = (): FhirHandlers => {
           },
         );
       const match = matches[0];
+      // A Questionnaire created here belongs to a project like one created by POST (spec §5.3 rule 3).
+      const project = !match && def.type === 'Questionnaire' ? projectOf(principal, body) : null;
       if (match) {
         authorize(principal, 'u', targetOf(match));
         if (token.system === undefined || token.system === '')
@@ -327,8 +329,11 @@ export const fhirHandlers = (): FhirHandlers => {
             'identifier',
             { issueCode: 'required' },
           );
-        const author = principal.userRef ?? null;
-        authorize(principal, 'c', targetOfContent(def.type, undefined, content, { author }));
+        authorize(
+          principal,
+          'c',
+          targetOfContent(def.type, undefined, content, { author: principal.userRef, project }),
+        );
       }
       const author = principal.userRef ?? undefined;
       return conditionalUpdate(
@@ -337,7 +342,7 @@ export const fhirHandlers = (): FhirHandlers => {
         principal.tenantId,
         { system: token.system!, value: token.value },
         content,
-        author ? { author } : {},
+        { ...(author ? { author } : {}), ...(project !== null ? { project } : {}) },
         // Creating validates like a create (required elements), not like a partial update.
         () => parseResource(def, body, 'create'),
       );
@@ -489,11 +494,10 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const principal = await resolvePrincipal(ctx, casebook);
     if (!mayAtAll(principal, 's', def.type)) authorize(principal, 's', { resourceType: def.type });
     const { query, includes } = parseSearch(def.type, parameters);
-    const rows = (
+    const matched = (
       await searchResources(casebook.sql, def.type, principal.tenantId, { ...query, limit: 1000 })
-    )
-      .filter((row) => isAllowed(principal, 's', targetOf(row)))
-      .slice(0, query.limit);
+    ).filter((row) => isAllowed(principal, 's', targetOf(row)));
+    const rows = matched.slice(0, query.limit);
     const included: ResourceRow[] = [];
     for (const include of includes) {
       const [, element] = include.split(':') as [string, string];
@@ -517,7 +521,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     ctx.body = {
       resourceType: 'Bundle',
       type: 'searchset',
-      total: rows.length,
+      total: matched.length,
       link: [{ relation: 'self', url: selfUrl(def.type, parameters) }],
       entry: [
         ...rows.map((row) => ({

@@ -15,10 +15,11 @@ import { findByIdentifier, type WriteResult } from '../../commands/resources.js'
 import { DomainError } from '../../domain/decider.js';
 import type { Content, ResourceType } from '../../domain/fhir/resource.js';
 import { SqlEventStore } from '../../eventstore/sql-event-store.js';
-import type { Principal } from '../../fhir/access.js';
+import { authorize, type Principal } from '../../fhir/access.js';
 import { toFhirResource } from '../../fhir/references.js';
 import { searchResources } from '../../projections/resources.js';
-import { definitionOf, type FhirHandlers, idOf, tokenOf } from './router.js';
+import { ResourceValidationError } from './outcome.js';
+import { definitionOf, type FhirHandlers, idOf, ifMatchOf, targetOf, tokenOf } from './router.js';
 
 /** Upper bound on entries per transaction. */
 export const MAX_ENTRIES = 200;
@@ -84,6 +85,9 @@ const atEntry = (index: number, error: unknown): unknown => {
       `Bundle.entry[${index}]${error.expression ? `.resource.${error.expression}` : ''}`,
       error.fhir,
     );
+  // 422 validation issues get the entry in their FHIRPath (Bundle.entry[i].resource.status).
+  if (error instanceof ResourceValidationError)
+    return new ResourceValidationError(`Bundle.entry[${index}].resource`, error.zodError, error.body);
   return error;
 };
 
@@ -182,7 +186,8 @@ export const transaction = async (
         'request.url',
       );
     const resource = entry.resource ? (resolveReferences(entry.resource, resolved) as Content) : undefined;
-    const ifMatch = entry.request.ifMatch ? Number(/(\d+)/.exec(entry.request.ifMatch)?.[1]) : undefined;
+    // Same rules as the If-Match header: W/"3" or "3", anything else is 400 (not a 412 for NaN).
+    const ifMatch = ifMatchOf(entry.request.ifMatch || undefined);
     const done = (status: string, result: WriteResult): EntryResult => ({
       status,
       location: `${def.type}/${result.id}/_history/${result.versionId}`,
@@ -234,13 +239,17 @@ export const transaction = async (
               },
             );
           const match = matches[0];
-          if (match)
+          // Answering with the match reveals it: the caller must be allowed to read it, as on
+          // POST with If-None-Exist (a request not covered is refused, spec §5.3 rule 1).
+          if (match) {
+            authorize(principal, 'r', targetOf(match));
             return {
               status: '200 OK',
               location: `${def.type}/${match.id}/_history/${match.versionId}`,
               etag: `W/"${match.versionId}"`,
               lastModified: match.lastUpdated.toISOString(),
             };
+          }
         }
         return done('201 Created', await handlers.create(c, principal, def, resource));
       }
