@@ -82,7 +82,8 @@ const atEntry = (index: number, error: unknown): unknown => {
       error.kind,
       error.code,
       `Bundle.entry[${index}]: ${error.message}`,
-      `Bundle.entry[${index}]${error.expression ? `.resource.${error.expression}` : ''}`,
+      // `Patient.identifier` inside entry 2 is `Bundle.entry[2].resource.identifier`.
+      `Bundle.entry[${index}]${error.expression ? `.resource.${error.expression.replace(/^[A-Z][A-Za-z]*\./, '')}` : ''}`,
       error.fhir,
     );
   // 422 validation issues get the entry in their FHIRPath (Bundle.entry[i].resource.status).
