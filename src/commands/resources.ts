@@ -333,7 +333,7 @@ export const deleteResource = async (
   await withRetry(async () => {
     const { state, expected } = await loadResource(ctx, def.type, id, tenantId);
     if (state.status === 'none') throw notFound(def.type, id);
-    const currentVersion = checkVersion(def.type, id, expected, options.ifMatch);
+    checkVersion(def.type, id, expected, options.ifMatch);
     if (state.status === 'deleted') return;
     const referencing = await referencedBy();
     if (referencing.length > 0)
