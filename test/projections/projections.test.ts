@@ -999,6 +999,7 @@ for (const db of testDatabases) {
           Task: 2,
           Questionnaire: 2,
           QuestionnaireResponse: 1,
+          ValueSet: 1,
         });
       });
 
