@@ -182,7 +182,54 @@ export const DEMO_QUESTIONNAIRE: Record<string, unknown> = {
   name: 'DemoChestXray',
   title: 'Chest X-ray report',
   status: 'active',
+  // SDC population: the patient launch context fills the patient's name and date of birth.
+  extension: [
+    {
+      url: 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-launchContext',
+      extension: [
+        {
+          url: 'name',
+          valueCoding: { system: 'http://hl7.org/fhir/uv/sdc/CodeSystem/launchContext', code: 'patient' },
+        },
+        { url: 'type', valueCode: 'Patient' },
+      ],
+    },
+  ],
   item: [
+    {
+      linkId: 'patient',
+      text: 'Patient',
+      type: 'group',
+      item: [
+        {
+          linkId: 'patient.name',
+          text: 'Name',
+          type: 'string',
+          readOnly: true,
+          extension: [
+            {
+              url: 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-initialExpression',
+              valueExpression: {
+                language: 'text/fhirpath',
+                expression: "%patient.name.first().select(given.first() & ' ' & family)",
+              },
+            },
+          ],
+        },
+        {
+          linkId: 'patient.birthDate',
+          text: 'Date of birth',
+          type: 'date',
+          readOnly: true,
+          extension: [
+            {
+              url: 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-initialExpression',
+              valueExpression: { language: 'text/fhirpath', expression: '%patient.birthDate' },
+            },
+          ],
+        },
+      ],
+    },
     { linkId: 'indication', text: 'Clinical indication', type: 'string', required: true },
     {
       linkId: 'findings',

@@ -50,7 +50,7 @@ for (const leg of legs) {
   describe(`README walkthrough on ${leg.name}`, function () {
     this.timeout(120_000);
 
-    it('runs the session and FHIR walkthroughs as written; the event log shows every step', async () => {
+    it('runs the session, FHIR and form walkthroughs as written; the event log shows every step', async () => {
       const { env, dispose } = await leg.setup();
       try {
         const server = await startServer(env);
@@ -89,6 +89,39 @@ for (const leg of legs) {
           expect(fhir).to.match(/"type":"history","total":2/);
           expect(fhir).to.match(/"code":"duplicate".*\nHTTP 409/s);
           expect(fhir).to.match(/"code":"forbidden".*\nHTTP 403/s);
+          const forms = await script('scripts/forms-walkthrough.sh', {
+            CASEBOOK_CLIENT_ID: 'demo-ehr',
+            CASEBOOK_CLIENT_SECRET: secret!,
+            CASEBOOK_FHIR_URL: `${base}/fhir/r5`,
+          });
+          expect(forms).to.include(
+            '{"linkId":"patient.name","text":"Name","answer":[{"valueString":"Ada Lovelace"}]}',
+          );
+          expect(forms).to.include(
+            '{"resourceType":"OperationOutcome","issue":[{"severity":"error","code":"required","diagnostics":"\'Impression\' (linkId \\"impression\\") is required but has no answer","expression":["QuestionnaireResponse.item[3]"]}]}',
+          );
+          expect(forms).to.include('"severity":"information","code":"informational"');
+          expect(forms.slice(forms.indexOf('Chest X-ray report\n'))).to.equal(
+            [
+              'Chest X-ray report',
+              '',
+              'PATIENT',
+              'Name: Ada Lovelace',
+              'Date of birth: 1815-12-10',
+              '',
+              'Clinical indication: Cough and fever for 5 days',
+              '',
+              'FINDINGS',
+              'Lungs: Consolidation',
+              'Heart enlarged: No',
+              'Other findings:',
+              '  Small left pleural effusion.',
+              '  No pneumothorax.',
+              '',
+              'Impression: Right lower lobe pneumonia.',
+              '',
+            ].join('\n'),
+          );
         } finally {
           await server.stop();
         }

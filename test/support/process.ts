@@ -37,7 +37,7 @@ export const startServer = async (env: Record<string, string>): Promise<RunningS
   child.stderr!.on('data', (d) => {
     output += d;
   });
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 60_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`server exited: ${output}`);
     try {

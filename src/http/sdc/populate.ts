@@ -1,0 +1,265 @@
+/**
+ * `POST /Questionnaire/$populate` and `POST /Questionnaire/{id}/$populate` on the form backend
+ * (issue 4; spec §4.4; SDC IG OperationDefinition Questionnaire-populate): reads the input
+ * Parameters, resolves the Questionnaire (inline, by canonical, or the stored one) and context
+ * references from the caller's tenant under its read scopes, and answers Parameters with the
+ * populated `response` and, when there are any, the `issues`. Population itself is
+ * src/sdc/populate.ts.
+ */
+import type { Context } from 'koa';
+import type { Casebook } from '../../casebook.js';
+import { DomainError } from '../../domain/decider.js';
+import { isResourceType } from '../../domain/fhir/resource.js';
+import { authorize, type Principal } from '../../fhir/access.js';
+import { readResource } from '../../projections/resources.js';
+import { populate } from '../../sdc/populate.js';
+import type { Json, Questionnaire } from '../../sdc/types.js';
+import { HttpError } from '../errors.js';
+import { resolvePrincipal } from '../fhir/principal.js';
+import { FHIR_JSON, idOf, targetOf } from '../fhir/router.js';
+import { tenantResolver } from './resolve.js';
+import type { RegisterOperation } from './router.js';
+
+/** The input parameters of SDC $populate this server reads (`local` is accepted and ignored). */
+const PARAMETERS = ['questionnaire', 'canonical', 'url', 'questionnaireRef', 'subject', 'context', 'local'];
+
+interface ParameterPart {
+  readonly name?: unknown;
+  readonly resource?: unknown;
+  readonly part?: unknown;
+  readonly [valueX: string]: unknown;
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
+
+const invalid = (message: string, expression?: string): DomainError =>
+  new DomainError('invalid', 'InvalidPopulateParameters', message, expression);
+
+const notFound = (message: string, expression?: string): DomainError =>
+  new DomainError('not_found', 'ResourceNotFound', message, expression, { issueCode: 'not-found' });
+
+/**
+ * Checks the parts of a Questionnaire that population walks (items with a string linkId and type,
+ * nested item arrays), so a malformed one is a 422 rather than silently skipped items.
+ * @throws {DomainError} unprocessable with the FHIRPath of the first bad element.
+ */
+const checkQuestionnaire = (resource: Record<string, unknown>, path: string): Questionnaire => {
+  const walk = (items: unknown, at: string): void => {
+    if (items === undefined) return;
+    if (!Array.isArray(items))
+      throw new DomainError('unprocessable', 'InvalidQuestionnaire', `${at} must be an array`, at, {
+        issueCode: 'structure',
+      });
+    items.forEach((item, i) => {
+      const here = `${at}[${i}]`;
+      if (!isObject(item) || typeof item.linkId !== 'string' || typeof item.type !== 'string')
+        throw new DomainError(
+          'unprocessable',
+          'InvalidQuestionnaire',
+          `${here} must be an item with a string linkId and type`,
+          here,
+          { issueCode: 'structure' },
+        );
+      walk(item.item, `${here}.item`);
+    });
+  };
+  walk(resource.item, `${path}.item`);
+  return resource as Questionnaire;
+};
+
+/** `Type/id` (relative, or absolute under this server's FHIR base) → its parts; undefined otherwise. */
+const parseReference = (
+  reference: string,
+  bases: readonly string[],
+): { type: string; id: string } | undefined => {
+  let relative = reference;
+  for (const base of bases) if (reference.startsWith(`${base}/`)) relative = reference.slice(base.length + 1);
+  const match = /^([A-Z][A-Za-z]+)\/([^/]+)$/.exec(relative);
+  return match ? { type: match[1]!, id: match[2]! } : undefined;
+};
+
+/**
+ * Reads a referenced resource of the caller's tenant.
+ * @throws {DomainError} 422 for an unsupported or malformed reference, 404 when it is not live in
+ *   the tenant, 403 when the caller's scopes do not allow reading it.
+ */
+const readReferenced = async (
+  casebook: Casebook,
+  principal: Principal,
+  reference: unknown,
+  expression: string,
+): Promise<Json> => {
+  if (!isObject(reference) || typeof reference.reference !== 'string')
+    throw invalid(`${expression} must be a Reference with a reference (e.g. Patient/1)`, expression);
+  const parsed = parseReference(reference.reference, [casebook.config.fhirUrl, casebook.config.sdcUrl]);
+  if (!parsed || !isResourceType(parsed.type))
+    throw new DomainError(
+      'unprocessable',
+      'UnsupportedReference',
+      `${expression}: ${reference.reference} is not a reference to a resource this server holds (Type/id)`,
+      expression,
+      { issueCode: 'not-supported' },
+    );
+  const row = /^\d{1,10}$/.test(parsed.id)
+    ? await readResource(casebook.sql, parsed.type, idOf(parsed.type, parsed.id), principal.tenantId)
+    : undefined;
+  if (!row || row.deleted) throw notFound(`${expression}: ${reference.reference} is not known`, expression);
+  authorize(principal, 'r', targetOf(row));
+  return row.resource as Json;
+};
+
+/** The value[x] of a parameter (its only `value…` element). */
+const parameterValue = (part: ParameterPart): [string, unknown] | undefined => {
+  const key = Object.keys(part).find((k) => k.startsWith('value'));
+  return key ? [key, part[key]] : undefined;
+};
+
+/**
+ * Handles one $populate request. `storedId` is the `{id}` of the instance-level operation.
+ * @throws {DomainError|HttpError} 400 for a body that is not Parameters or bad parameters, 401
+ *   without credentials, 403/404 for an unreadable Questionnaire or context resource, 415 for
+ *   another content type, 422 for an unsupported reference or malformed Questionnaire.
+ */
+const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Promise<void> => {
+  if (!ctx.is('application/fhir+json', 'application/json'))
+    throw new HttpError(
+      415,
+      'UnsupportedMediaType',
+      'send the Parameters as application/fhir+json (or application/json)',
+    );
+  const principal = await resolvePrincipal(ctx, casebook);
+  const body: unknown = ctx.request.body;
+  if (!isObject(body) || body.resourceType !== 'Parameters')
+    throw invalid('the body must be a Parameters resource (SDC $populate input parameters)', 'Parameters');
+  if (body.parameter !== undefined && !Array.isArray(body.parameter))
+    throw invalid('Parameters.parameter must be an array', 'Parameters.parameter');
+  const parameters = (body.parameter ?? []) as unknown[];
+
+  let questionnaire: Questionnaire | undefined;
+  let questionnaireFrom: string | undefined;
+  const setQuestionnaire = (q: Questionnaire, from: string) => {
+    if (questionnaireFrom)
+      throw invalid(`give the Questionnaire once (${questionnaireFrom} and ${from})`, from);
+    questionnaire = q;
+    questionnaireFrom = from;
+  };
+  if (storedId !== undefined) {
+    const id = idOf('Questionnaire', storedId);
+    const row = await readResource(casebook.sql, 'Questionnaire', id, principal.tenantId);
+    if (!row || row.deleted) throw notFound(`Questionnaire/${id} is not known`);
+    authorize(principal, 'r', targetOf(row));
+    setQuestionnaire(row.resource as Questionnaire, `Questionnaire/${id}`);
+  }
+
+  let subject: { reference?: string } | undefined;
+  const context: { name: string; content: Json }[] = [];
+  const resolver = tenantResolver(casebook, principal);
+  for (const [index, raw] of parameters.entries()) {
+    const at = `Parameters.parameter[${index}]`;
+    if (!isObject(raw) || typeof raw.name !== 'string')
+      throw invalid(`${at} must be a parameter with a name`, at);
+    const part = raw as ParameterPart;
+    const value = parameterValue(part);
+    switch (raw.name) {
+      case 'questionnaire': {
+        const resource = part.resource;
+        if (!isObject(resource) || resource.resourceType !== 'Questionnaire')
+          throw invalid(`${at} (questionnaire) must carry a Questionnaire resource`, `${at}.resource`);
+        setQuestionnaire(checkQuestionnaire(resource, `${at}.resource`), at);
+        break;
+      }
+      case 'canonical':
+      case 'url': {
+        if (!value || typeof value[1] !== 'string' || !/^value(Canonical|Uri|Url|String)$/.test(value[0]))
+          throw invalid(`${at} (${raw.name}) must be a valueCanonical or valueUri`, at);
+        const found = await resolver('Questionnaire', value[1]);
+        if (!found) throw notFound(`no Questionnaire with canonical ${value[1]} is available`, at);
+        setQuestionnaire(found as Questionnaire, at);
+        break;
+      }
+      case 'questionnaireRef': {
+        const reference = value?.[0] === 'valueReference' ? value[1] : undefined;
+        const found = await readReferenced(casebook, principal, reference, at);
+        if (found.resourceType !== 'Questionnaire')
+          throw invalid(`${at} (questionnaireRef) must reference a Questionnaire`, at);
+        setQuestionnaire(found as Questionnaire, at);
+        break;
+      }
+      case 'subject': {
+        if (value?.[0] !== 'valueReference' || !isObject(value[1]) || typeof value[1].reference !== 'string')
+          throw invalid(`${at} (subject) must be a valueReference with a reference`, at);
+        if (subject) throw invalid('give subject once', at);
+        subject = { reference: value[1].reference };
+        break;
+      }
+      case 'context': {
+        const parts = Array.isArray(part.part) ? (part.part as unknown[]) : [];
+        const nameIndex = parts.findIndex((p) => isObject(p) && p.name === 'name');
+        const contentIndex = parts.findIndex((p) => isObject(p) && p.name === 'content');
+        const namePart = parts[nameIndex] as ParameterPart | undefined;
+        const contentPart = parts[contentIndex] as ParameterPart | undefined;
+        const name = namePart ? parameterValue(namePart)?.[1] : undefined;
+        if (typeof name !== 'string' || !name)
+          throw invalid(`${at} (context) needs a part name with a valueString`, `${at}.part`);
+        if (!contentPart)
+          throw invalid(
+            `${at} (context ${name}) needs a part content (a resource or valueReference)`,
+            `${at}.part`,
+          );
+        const contentAt = `${at}.part[${contentIndex}]`;
+        if (isObject(contentPart.resource) && typeof contentPart.resource.resourceType === 'string')
+          context.push({ name, content: contentPart.resource as Json });
+        else if (isObject(contentPart.valueReference))
+          context.push({
+            name,
+            content: await readReferenced(casebook, principal, contentPart.valueReference, contentAt),
+          });
+        else
+          throw invalid(`${contentAt} (context ${name}) must be a resource or a valueReference`, contentAt);
+        break;
+      }
+      case 'local':
+        break;
+      default:
+        throw new DomainError(
+          'invalid',
+          'UnsupportedParameter',
+          `${at}: parameter ${raw.name} is not supported by $populate (supported: ${PARAMETERS.join(', ')})`,
+          at,
+          { issueCode: 'not-supported' },
+        );
+    }
+  }
+  if (!questionnaire)
+    throw new DomainError(
+      'invalid',
+      'QuestionnaireRequired',
+      'name the Questionnaire: a questionnaire (resource), canonical or questionnaireRef parameter, or POST /Questionnaire/{id}/$populate',
+      'Parameters.parameter',
+      { issueCode: 'required' },
+    );
+
+  const { response, issues } = await populate({
+    questionnaire,
+    ...(subject ? { subject } : {}),
+    context,
+    resolve: resolver,
+    now: casebook.clock(),
+  });
+  ctx.status = 200;
+  ctx.type = FHIR_JSON;
+  ctx.body = {
+    resourceType: 'Parameters',
+    parameter: [
+      { name: 'response', resource: response },
+      ...(issues.issue.length > 0 ? [{ name: 'issues', resource: issues }] : []),
+    ],
+  };
+};
+
+/** Registers `$populate` (type and instance level) on the form-backend router. */
+export const register: RegisterOperation = (router, casebook) => {
+  router.post('/Questionnaire/$populate', (ctx) => handle(ctx, casebook));
+  router.post('/Questionnaire/:id/$populate', (ctx) => handle(ctx, casebook, ctx.params.id));
+};

@@ -1,0 +1,121 @@
+/**
+ * `POST /QuestionnaireResponse/$validate` on the form backend (issue 4; spec §4.4): validates a
+ * QuestionnaireResponse against its Questionnaire and answers 200 with the OperationOutcome, also
+ * when it reports errors (FHIR $validate semantics). The body is the QuestionnaireResponse, or a
+ * Parameters resource with `resource` (the response) and optionally `questionnaire` (an inline
+ * Questionnaire); without one, the response's `questionnaire` canonical is resolved among the
+ * caller's tenant's Questionnaires it may read.
+ */
+import type { Context } from 'koa';
+import { DomainError } from '../../domain/decider.js';
+import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { validateResponse } from '../../sdc/validate.js';
+import { HttpError } from '../errors.js';
+import { resolvePrincipal } from '../fhir/principal.js';
+import { FHIR_JSON } from '../fhir/router.js';
+import { tenantResolver } from './resolve.js';
+import type { RegisterOperation } from './router.js';
+
+const isObject = (value: unknown): value is Json =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
+
+/**
+ * The response and the optional inline Questionnaire of a $validate body.
+ * @throws {DomainError} 400 when the body is neither a QuestionnaireResponse nor a Parameters
+ *   resource carrying one (and, if given, a Questionnaire).
+ */
+export const validateInput = (
+  body: unknown,
+): { response: QuestionnaireResponse; questionnaire: Questionnaire | undefined } => {
+  if (!isObject(body))
+    throw new DomainError(
+      'invalid',
+      'InvalidBody',
+      'the body must be a QuestionnaireResponse or a Parameters resource (JSON object)',
+    );
+  if (body.resourceType === 'QuestionnaireResponse')
+    return { response: body as QuestionnaireResponse, questionnaire: undefined };
+  if (body.resourceType !== 'Parameters')
+    throw new DomainError(
+      'invalid',
+      'WrongResourceType',
+      `resourceType must be QuestionnaireResponse or Parameters, not ${JSON.stringify(body.resourceType ?? null)}`,
+      'resourceType',
+    );
+  const parameters = Array.isArray(body.parameter) ? body.parameter : [];
+  const named = (name: string): { index: number; resource: unknown } | undefined => {
+    const index = parameters.findIndex((p) => isObject(p) && p.name === name);
+    return index < 0 ? undefined : { index, resource: (parameters[index] as Json).resource };
+  };
+  const resource = named('resource');
+  if (!resource)
+    throw new DomainError(
+      'invalid',
+      'MissingParameter',
+      'the Parameters need a `resource` parameter holding the QuestionnaireResponse',
+      'Parameters.parameter',
+      { issueCode: 'required' },
+    );
+  if (!isObject(resource.resource) || resource.resource.resourceType !== 'QuestionnaireResponse')
+    throw new DomainError(
+      'invalid',
+      'WrongResourceType',
+      'the `resource` parameter must hold a QuestionnaireResponse',
+      `Parameters.parameter[${resource.index}].resource`,
+    );
+  const inline = named('questionnaire');
+  if (inline && (!isObject(inline.resource) || inline.resource.resourceType !== 'Questionnaire'))
+    throw new DomainError(
+      'invalid',
+      'WrongResourceType',
+      'the `questionnaire` parameter must hold a Questionnaire resource',
+      `Parameters.parameter[${inline.index}].resource`,
+    );
+  return {
+    response: resource.resource as QuestionnaireResponse,
+    questionnaire: inline?.resource as Questionnaire | undefined,
+  };
+};
+
+const requireFhirJson = (ctx: Context) => {
+  if (!ctx.is('application/fhir+json', 'application/json'))
+    throw new HttpError(
+      415,
+      'UnsupportedMediaType',
+      'send the resource as application/fhir+json (or application/json)',
+    );
+};
+
+/** Registers `POST /QuestionnaireResponse/$validate` (spec §4.4). */
+export const register: RegisterOperation = (router, casebook) => {
+  router.post('/QuestionnaireResponse/$validate', async (ctx) => {
+    requireFhirJson(ctx);
+    const principal = await resolvePrincipal(ctx, casebook);
+    const input = validateInput(ctx.request.body);
+    const resolve = tenantResolver(casebook, principal);
+    let questionnaire = input.questionnaire;
+    if (!questionnaire) {
+      const canonical = input.response.questionnaire;
+      if (typeof canonical !== 'string' || canonical === '')
+        throw new DomainError(
+          'invalid',
+          'QuestionnaireRequired',
+          'the QuestionnaireResponse names no questionnaire: set QuestionnaireResponse.questionnaire or pass a `questionnaire` parameter',
+          'QuestionnaireResponse.questionnaire',
+          { issueCode: 'required' },
+        );
+      questionnaire = (await resolve('Questionnaire', canonical)) as Questionnaire | undefined;
+      if (!questionnaire)
+        throw new DomainError(
+          'unprocessable',
+          'QuestionnaireNotFound',
+          `Questionnaire ${canonical} is not known (or not readable with your scopes)`,
+          'QuestionnaireResponse.questionnaire',
+          { issueCode: 'not-found' },
+        );
+    }
+    ctx.status = 200;
+    ctx.type = FHIR_JSON;
+    ctx.body = await validateResponse(input.response, questionnaire, { resolve });
+  });
+};
