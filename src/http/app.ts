@@ -8,6 +8,8 @@ import Koa from 'koa';
 import { koaBody } from 'koa-body';
 import { v4 as uuidv4 } from 'uuid';
 import type { Casebook } from '../casebook.js';
+import { sendErrorPage } from './app/error-page.js';
+import { appRouter } from './app/router.js';
 import { sessionsRouter } from './auth/sessions.js';
 import { HttpError, sendProblem, toProblem } from './errors.js';
 import { sendOutcome, toOutcome } from './fhir/outcome.js';
@@ -32,6 +34,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const sdcPrefix = mountPath(casebook.config.sdcUrl);
   const under = (prefix: string, path: string) => path === prefix || path.startsWith(`${prefix}/`);
   const isFhir = (path: string) => under(fhirPrefix, path) || under(sdcPrefix, path);
+  const appPrefix = mountPath(casebook.config.appUrl);
+  const isApp = (path: string) => under(appPrefix, path);
   // spec §4.5: CORS for the web SDK on the data server and form backend: the app origin and
   // CORS_ORIGINS only, with credentials, these methods and headers; preflights answered.
   const corsOrigins = new Set([new URL(casebook.config.appUrl).origin, ...casebook.config.corsOrigins]);
@@ -81,6 +85,21 @@ export const createHttpApp = (casebook: Casebook): Koa => {
         }
         return;
       }
+      if (isApp(ctx.path)) {
+        // The application host answers clinicians with readable pages (issue 5).
+        const problem = toProblem(error);
+        if (!problem)
+          logger.error(
+            { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path },
+            'request failed',
+          );
+        sendErrorPage(
+          ctx,
+          problem?.status ?? 500,
+          problem?.detail ?? `internal error (request id ${ctx.state.requestId})`,
+        );
+        return;
+      }
       const problem = toProblem(error);
       if (problem) {
         if (error instanceof HttpError)
@@ -126,6 +145,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   );
 
   const root = new Router();
+  const application = appRouter(casebook);
+  root.use(appPrefix, application.routes(), application.allowedMethods());
   const auth = sessionsRouter(casebook);
   root.use(mountPath(casebook.config.authUrl), auth.routes(), auth.allowedMethods());
   // The form backend first: its `$operation` paths would otherwise match `/:type/:id`.
