@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS es_events (
   stream_name text NOT NULL,
   revision bigint NOT NULL,
   type text NOT NULL,
-  data jsonb NOT NULL,
+  -- json, not jsonb: an event's data is kept exactly as written (FHIR element order included).
+  data json NOT NULL,
   metadata jsonb NOT NULL,
   UNIQUE (stream_name, revision)
 );
@@ -437,7 +438,7 @@ export class SqlEventStore implements EventStore {
           JSON.stringify(event.metadata),
         );
         const n = params.length;
-        return `($${n - 4}::uuid, $1, $${n - 3}::bigint, $${n - 2}, $${n - 1}::jsonb, $${n}::jsonb)`;
+        return `($${n - 4}::uuid, $1, $${n - 3}::bigint, $${n - 2}, $${n - 1}::json, $${n}::jsonb)`;
       });
       const rows = await tx.query<{ commit: string; position: string }>(
         `INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)

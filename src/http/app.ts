@@ -136,6 +136,9 @@ export const createHttpApp = (casebook: Casebook): Koa => {
     koaBody({
       json: true,
       jsonTypes: ['application/json', 'application/fhir+json'],
+      // Form field names are kept as sent: the report editor's names carry Questionnaire linkIds,
+      // which often contain dots (`1.2`, `findings.lungs`) that qs would otherwise nest.
+      queryString: { allowDots: false },
       urlencoded: true,
       text: false,
       multipart: false,

@@ -26,7 +26,7 @@ export const sendErrorPage = (ctx: Context, status: number, detail: string): voi
   ctx.body = layout({
     title,
     chrome: 'standalone',
-    body: `<main class="error" role="main"><h1>${escapeHtml(title)}</h1><p class="detail">${escapeHtml(detail)}</p>
-<p class="hint">Status ${status}. Return to your clinical system and open the report again.</p></main>`,
+    body: `<main id="main" class="error"><div class="card"><h1>${escapeHtml(title)}</h1><p class="detail">${escapeHtml(detail)}</p>
+<p class="hint">Status ${status}. Return to your clinical system and open the report again.</p></div></main>`,
   });
 };

@@ -19,27 +19,88 @@ export interface LayoutOptions {
 }
 
 const STYLE = `
-:root { --ink:#1d2733; --muted:#5b6b7c; --line:#d5dde6; --bg:#f4f6f9; --card:#fff; --accent:#0b5fa5; --accent-ink:#fff; --error:#b3261e; --ok:#1e7b3c; }
+:root { --ink:#1d2733; --muted:#5b6b7c; --line:#d5dde6; --bg:#f4f6f9; --card:#fff; --accent:#0b5fa5; --accent-dark:#084a82; --accent-ink:#fff; --error:#b3261e; --error-bg:#fdecea; --ok:#1e7b3c; --ok-bg:#e7f4ec; --focus:#f2a900; }
 * { box-sizing: border-box; }
 body { margin:0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color:var(--ink); background:var(--bg); }
-header.topbar { display:flex; align-items:center; justify-content:space-between; padding:.6rem 1.2rem; background:#12324f; color:#fff; }
-header.topbar .brand { font-weight:600; letter-spacing:.02em; }
-header.topbar .context { font-size:.9rem; opacity:.9; }
-nav.crumbs { padding:.4rem 1.2rem; background:#e8eef5; border-bottom:1px solid var(--line); font-size:.9rem; }
-main { max-width: 880px; margin: 1.2rem auto; padding: 0 1rem; }
-.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:1.2rem 1.4rem; margin-bottom:1rem; }
-h1 { font-size:1.35rem; margin:.2rem 0 1rem; }
+a { color: var(--accent); }
+:focus-visible { outline: 3px solid var(--focus); outline-offset: 2px; }
+.skip { position:absolute; left:-9999px; top:0; background:#fff; padding:.5rem 1rem; z-index:10; }
+.skip:focus { left:.5rem; top:.5rem; }
+.visually-hidden { position:absolute !important; width:1px; height:1px; overflow:hidden; clip:rect(0 0 0 0); white-space:nowrap; }
+header.topbar { display:flex; align-items:center; justify-content:space-between; gap:1rem; padding:.55rem 1.2rem; background:#12324f; color:#fff; }
+header.topbar .brand { font-weight:650; letter-spacing:.03em; display:flex; align-items:center; gap:.45rem; }
+header.topbar .brand::before { content:""; width:.8rem; height:.8rem; border-radius:2px; background:#4fb0e8; display:inline-block; }
+header.topbar .context { font-size:.92rem; display:flex; gap:.5rem; align-items:center; flex-wrap:wrap; }
+header.topbar .patient-name { font-weight:600; }
+header.topbar .sep { opacity:.6; }
+main { max-width: 920px; margin: 1.2rem auto 2rem; padding: 0 1rem; }
+body.embedded main { margin-top: .8rem; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:1.2rem 1.4rem; margin-bottom:1rem; box-shadow: 0 1px 2px rgba(18,50,79,.05); }
+h1 { font-size:1.35rem; margin:.2rem 0 .4rem; }
 h2 { font-size:1.1rem; margin:1.2rem 0 .6rem; }
 .error h1 { color: var(--error); }
 .detail { font-size:1.05rem; }
-.hint { color: var(--muted); }
+.hint, .meta { color: var(--muted); }
+.meta { margin:0; font-size:.9rem; }
+.report-head { display:flex; justify-content:space-between; align-items:flex-start; gap:1rem; margin-bottom:.8rem; }
+.badge { display:inline-block; padding:.2rem .6rem; border-radius:999px; font-size:.8rem; font-weight:600; background:#e8eef5; color:#12324f; white-space:nowrap; }
+.badge.status-completed { background:var(--ok-bg); color:var(--ok); }
+.badge.readonly { background:#fff4d6; color:#6b4e00; }
+.readonly-note { background:#fff4d6; border:1px solid #f0d78c; padding:.5rem .8rem; border-radius:6px; }
+.notice { background:var(--ok-bg); border:1px solid #b6dcc3; color:var(--ok); padding:.6rem .9rem; border-radius:6px; margin-bottom:1rem; font-weight:500; }
+.error-summary { border:2px solid var(--error); background:var(--error-bg); border-radius:8px; padding:.8rem 1.1rem; margin-bottom:1rem; }
+.error-summary h2 { margin:.1rem 0 .4rem; color:var(--error); font-size:1.05rem; }
+.error-summary ul { margin:0; padding-left:1.2rem; }
+.error-summary a { color:var(--error); font-weight:500; }
+.item { margin: 0 0 1.05rem; }
+.item[hidden] { display:none; }
+.q-label { display:block; font-weight:600; margin-bottom:.3rem; padding:0; }
+.req { color:var(--error); font-weight:700; }
+fieldset { border:0; margin:0; padding:0; min-width:0; }
+fieldset.group { border:1px solid var(--line); border-radius:8px; padding:.8rem 1.1rem .2rem; margin:0 0 1.1rem; }
+fieldset.group > legend { font-weight:700; font-size:1.02rem; padding:0 .4rem; color:#12324f; }
+fieldset.group fieldset.group { background:#fafbfd; }
+.group-repeat .instances fieldset.group { margin-bottom:.6rem; }
+.children { margin: .6rem 0 0 1.1rem; padding-left:.8rem; border-left:3px solid #e8eef5; }
+p.display { margin:.2rem 0; color:var(--muted); }
+input[type=text], input[type=number], input[type=date], input[type=datetime-local], input[type=time], input[type=url], textarea, select {
+  font: inherit; color:inherit; width:100%; max-width:34rem; padding:.45rem .6rem; border:1px solid #9fb0c2; border-radius:6px; background:#fff; }
+input[type=number], input[type=date], input[type=time], input[type=datetime-local] { max-width:16rem; }
+textarea { max-width:100%; resize:vertical; }
+input[aria-invalid=true], textarea[aria-invalid=true], select[aria-invalid=true], fieldset[aria-invalid=true] .options { border-color:var(--error); box-shadow: 0 0 0 1px var(--error); }
+.options { display:flex; flex-direction:column; gap:.25rem; border-radius:6px; }
+.options.inline { flex-direction:row; flex-wrap:wrap; gap:.4rem 1.4rem; }
+label.option { display:flex; align-items:center; gap:.45rem; cursor:pointer; padding:.15rem 0; }
+label.option input { width:1.1rem; height:1.1rem; margin:0; accent-color: var(--accent); }
+label.other { display:flex; align-items:center; gap:.5rem; margin-top:.35rem; }
+.repeats { display:flex; flex-direction:column; gap:.4rem; }
+.field-error { color:var(--error); font-weight:600; margin:.1rem 0 .35rem; font-size:.92rem; }
+.field-error::before { content:"⚠ "; }
+.answer-readonly { padding:.35rem .6rem; background:#f6f8fa; border:1px solid #e3e8ee; border-radius:6px; white-space:pre-wrap; max-width:34rem; }
+.answer-readonly + .answer-readonly { margin-top:.3rem; }
+.answer-readonly.empty { color:var(--muted); }
+button { font: inherit; border-radius:6px; padding:.55rem 1.1rem; border:1px solid transparent; cursor:pointer; font-weight:600; }
+button.primary { background:var(--accent); color:var(--accent-ink); }
+button.primary:hover { background:var(--accent-dark); }
+button.secondary { background:#fff; color:var(--accent); border-color:#9fb0c2; }
+button.secondary:hover { background:#eef4fa; }
+button.add-answer, button.add-group { margin-top:.45rem; padding:.3rem .8rem; font-size:.9rem; }
+.actions { position:sticky; bottom:0; display:flex; gap:.6rem; align-items:center; padding:.8rem 1rem; background:rgba(244,246,249,.96); border-top:1px solid var(--line); margin:0 -1rem; }
+.actions .spacer { flex:1; }
+ul.form-list { list-style:none; margin:1rem 0 0; padding:0; display:grid; gap:.6rem; }
+button.form-choice { width:100%; text-align:left; display:flex; flex-direction:column; gap:.15rem; background:#fff; border:1px solid var(--line); padding:.8rem 1rem; color:var(--ink); }
+button.form-choice:hover { border-color:var(--accent); background:#f3f8fd; }
+.form-title { font-weight:650; color:var(--accent); font-size:1.02rem; }
+.form-version, .form-description { color:var(--muted); font-weight:400; font-size:.9rem; }
+.empty-state { color:var(--muted); padding:1rem 0; }
+.outcome h1 { color:#12324f; }
 `;
 
 /** A whole HTML document. */
 export const layout = (o: LayoutOptions): string => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(o.title)} · casebook</title><style>${STYLE}</style></head>
-<body class="${o.chrome}">${
+<body class="${o.chrome}"><a class="skip" href="#main">Skip to content</a>${
   o.chrome === 'standalone'
     ? `<header class="topbar" role="banner"><span class="brand">casebook</span><span class="context">${o.topBar ?? ''}</span></header>`
     : ''

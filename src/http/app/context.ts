@@ -1,0 +1,199 @@
+/**
+ * What every application-host page needs (issue 5): the session behind the `auth_session`
+ * cookie, its principal (scopes as on the data server), a command context acting as the session,
+ * the chrome (deployment_mode, overridden by `viewMode`) and the Task being worked on.
+ */
+import type { Context } from 'koa';
+import type { Casebook } from '../../casebook.js';
+import type { CommandContext } from '../../commands/context.js';
+import { DomainError } from '../../domain/decider.js';
+import { isAllowed, type Principal } from '../../fhir/access.js';
+import { parseScopeList } from '../../fhir/scopes.js';
+import { type ResourceRow, readResource } from '../../projections/resources.js';
+import type { SessionRow } from '../../projections/sessions.js';
+import { sessionFromCookie } from '../auth/sessions.js';
+import { targetOf } from '../fhir/router.js';
+import { escapeHtml } from './layout.js';
+
+export interface PageContext {
+  readonly session: SessionRow;
+  readonly principal: Principal;
+  readonly command: CommandContext;
+  readonly chrome: 'embedded' | 'standalone';
+  /** `readonly=yes` given (only that literal, spec §4.2). */
+  readonly readonly: boolean;
+  /** The query to carry along internal links: readonly and viewMode as given. */
+  readonly carry: URLSearchParams;
+}
+
+/** The session's principal, as the data server builds it for the cookie (spec §5.3 rule 1). */
+export const sessionPrincipal = async (casebook: Casebook, session: SessionRow): Promise<Principal> => {
+  const rows = await casebook.sql.query<{ projects: string[] }>(
+    `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
+    [session.clientId],
+  );
+  return {
+    kind: 'session',
+    tenantId: session.tenantId,
+    actor: { type: 'session', id: String(session.id) },
+    scopes: parseScopeList(session.scopes).scopes,
+    projects: rows[0]?.projects ?? [],
+    patientId: session.patientId,
+    userRef: `Practitioner/${session.userId}`,
+  };
+};
+
+const first = (value: string | string[] | undefined): string | undefined =>
+  Array.isArray(value) ? value[0] : value;
+
+/** `viewMode` and `readonly` of the query (or of the posted form), to carry along. */
+export const carriedParams = (source: Record<string, string | string[] | undefined>): URLSearchParams => {
+  const carry = new URLSearchParams();
+  const viewMode = first(source.viewMode);
+  if (viewMode === 'embedded' || viewMode === 'standalone') carry.set('viewMode', viewMode);
+  if (first(source.readonly) === 'yes') carry.set('readonly', 'yes');
+  return carry;
+};
+
+/**
+ * The page context of a request.
+ * @throws {HttpError} 401 without an active session cookie.
+ */
+export const pageContext = async (ctx: Context, casebook: Casebook): Promise<PageContext> => {
+  const session = await sessionFromCookie(ctx, casebook);
+  const principal = await sessionPrincipal(casebook, session);
+  const body = (ctx.method === 'POST' ? ctx.request.body : undefined) as
+    | Record<string, string | string[] | undefined>
+    | undefined;
+  const carry = carriedParams({
+    ...(body ?? {}),
+    ...(ctx.query as Record<string, string | string[] | undefined>),
+  });
+  const viewMode = carry.get('viewMode') as 'embedded' | 'standalone' | null;
+  return {
+    session,
+    principal,
+    command: casebook.context({
+      tenantId: session.tenantId,
+      actor: principal.actor,
+      requestId: ctx.state.requestId as string,
+    }),
+    chrome: viewMode ?? session.deploymentMode,
+    readonly: carry.get('readonly') === 'yes',
+    carry,
+  };
+};
+
+/** `path?carry` (plus extra parameters). */
+export const withQuery = (
+  path: string,
+  params: URLSearchParams,
+  extra: Record<string, string> = {},
+): string => {
+  const all = new URLSearchParams(params);
+  for (const [k, v] of Object.entries(extra)) all.set(k, v);
+  const query = all.toString();
+  return query ? `${path}?${query}` : path;
+};
+
+/** Hidden inputs carrying `viewMode`/`readonly` through a POST. */
+export const carriedInputs = (carry: URLSearchParams): string =>
+  [...carry.entries()]
+    .map(([k, v]) => `<input type="hidden" name="${escapeHtml(k)}" value="${escapeHtml(v)}">`)
+    .join('');
+
+/** A reference's id of `type` (`Patient/12` → 12), or undefined. */
+export const referenceId = (reference: unknown, type: string): number | undefined => {
+  const ref = (reference as { reference?: unknown } | undefined)?.reference;
+  if (typeof ref !== 'string') return undefined;
+  const m = new RegExp(`^(?:.*/)?${type}/(\\d{1,10})$`).exec(ref);
+  return m ? Number(m[1]) : undefined;
+};
+
+/** The Task `id` of the tenant the session may read. @throws {DomainError} 404 / 403. */
+export const loadTask = async (page: PageContext, rawId: string | undefined): Promise<ResourceRow> => {
+  const id = rawId && /^\d{1,10}$/.test(rawId) && Number(rawId) <= 2_147_483_647 ? Number(rawId) : undefined;
+  const row =
+    id === undefined ? undefined : await readResource(page.command.sql, 'Task', id, page.session.tenantId);
+  if (!row || row.deleted)
+    throw new DomainError(
+      'not_found',
+      'TaskNotFound',
+      `Task/${rawId ?? ''} is not known in this data tenant`,
+    );
+  await authorizeTask(page, row);
+  return row;
+};
+
+/**
+ * The Task, its patient and encounter must be within the session's read scopes.
+ * @throws {DomainError} forbidden.
+ */
+export const authorizeTask = async (page: PageContext, task: ResourceRow): Promise<void> => {
+  const forbidden = (what: string) =>
+    new DomainError('forbidden', 'ScopeNotGranted', `this session's scopes do not allow reading ${what}`);
+  if (!isAllowed(page.principal, 'r', targetOf(task))) throw forbidden(`Task/${task.id}`);
+  for (const [type, element] of [
+    ['Patient', 'for'],
+    ['Encounter', 'encounter'],
+  ] as const) {
+    const id = referenceId(task.resource[element], type);
+    if (id === undefined) continue;
+    const row = await readResource(page.command.sql, type, id, page.session.tenantId);
+    if (row && !row.deleted && !isAllowed(page.principal, 'r', targetOf(row)))
+      throw forbidden(`${type}/${id}`);
+  }
+};
+
+/** The Task's patient resource (read model), when it has one. */
+export const taskPatient = async (
+  page: PageContext,
+  task: ResourceRow,
+): Promise<Record<string, unknown> | undefined> => {
+  const id = referenceId(task.resource.for, 'Patient');
+  if (id === undefined) return undefined;
+  const row = await readResource(page.command.sql, 'Patient', id, page.session.tenantId);
+  return row && !row.deleted ? row.resource : undefined;
+};
+
+/** The QuestionnaireResponse id of a Task: `focus`, else an output valueReference. */
+export const responseIdOf = (task: Record<string, unknown>): number | undefined => {
+  const focus = referenceId(task.focus, 'QuestionnaireResponse');
+  if (focus !== undefined) return focus;
+  for (const output of Array.isArray(task.output) ? (task.output as Record<string, unknown>[]) : []) {
+    const id = referenceId(output?.valueReference, 'QuestionnaireResponse');
+    if (id !== undefined) return id;
+  }
+  return undefined;
+};
+
+/** The top bar's context: patient name and birth date. */
+export const patientBanner = (patient: Record<string, unknown> | undefined): string => {
+  if (!patient) return '';
+  const name = (Array.isArray(patient.name) ? patient.name[0] : undefined) as
+    | { text?: string; family?: string; given?: string[] }
+    | undefined;
+  const display =
+    name?.text ??
+    [name?.family ? name.family.toUpperCase() : undefined, (name?.given ?? []).join(' ')]
+      .filter(Boolean)
+      .join(', ');
+  const parts = [
+    display ? `<span class="patient-name">${escapeHtml(display)}</span>` : '',
+    typeof patient.birthDate === 'string'
+      ? `<span class="patient-dob">born ${escapeHtml(patient.birthDate)}</span>`
+      : '',
+    typeof patient.gender === 'string'
+      ? `<span class="patient-sex">${escapeHtml(patient.gender)}</span>`
+      : '',
+  ].filter(Boolean);
+  return parts.join('<span class="sep" aria-hidden="true">·</span>');
+};
+
+/** Sends an HTML page. */
+export const sendHtml = (ctx: Context, status: number, html: string): void => {
+  ctx.status = status;
+  ctx.type = 'text/html; charset=utf-8';
+  ctx.set('Cache-Control', 'no-store');
+  ctx.body = html;
+};

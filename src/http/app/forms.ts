@@ -1,0 +1,160 @@
+/**
+ * Form selection for a draft Task (issue 5; spec §3.2): the Questionnaires the session may use;
+ * picking one populates a QuestionnaireResponse, links it to the Task and starts the report.
+ */
+import type { Context } from 'koa';
+import type { Casebook } from '../../casebook.js';
+import { DomainError } from '../../domain/decider.js';
+import { isAllowed } from '../../fhir/access.js';
+import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
+import { populate } from '../../sdc/populate.js';
+import type { Json, Questionnaire } from '../../sdc/types.js';
+import { DEFINITIONS } from '../fhir/definitions.js';
+import { fhirHandlers, targetOf } from '../fhir/router.js';
+import {
+  carriedInputs,
+  loadTask,
+  type PageContext,
+  pageContext,
+  patientBanner,
+  referenceId,
+  sendHtml,
+  taskPatient,
+  withQuery,
+} from './context.js';
+import { escapeHtml, layout } from './layout.js';
+
+/** The Questionnaires of the tenant the session may read, newest first per url. */
+export const usableQuestionnaires = async (page: PageContext): Promise<ResourceRow[]> =>
+  (await searchResources(page.command.sql, 'Questionnaire', page.session.tenantId, { limit: 1000 })).filter(
+    (row) => row.resource.status !== 'retired' && isAllowed(page.principal, 'r', targetOf(row)),
+  );
+
+/** Refuses a cross-site form post (the Strict cookie already keeps other sites out). */
+export const checkOrigin = (ctx: Context, casebook: Casebook): void => {
+  const origin = ctx.get('Origin');
+  if (origin && origin !== new URL(casebook.config.appUrl).origin)
+    throw new DomainError(
+      'forbidden',
+      'CrossSiteRequest',
+      'this form may only be sent from the application itself',
+    );
+};
+
+const titleOf = (q: Record<string, unknown>): string =>
+  String(q.title ?? q.name ?? q.url ?? `Questionnaire ${String(q.id ?? '')}`);
+
+/** GET {app_url}/tasks/:id/forms. */
+export const formSelection = async (ctx: Context, casebook: Casebook): Promise<void> => {
+  const page = await pageContext(ctx, casebook);
+  const task = await loadTask(page, ctx.params.id);
+  const patient = await taskPatient(page, task);
+  const questionnaires = await usableQuestionnaires(page);
+  const appUrl = casebook.config.appUrl.replace(/\/+$/, '');
+  const list =
+    questionnaires.length === 0
+      ? '<p class="empty-state">No report forms are available to you for this task. Ask your administrator for access.</p>'
+      : `<ul class="form-list" role="list">${questionnaires
+          .map((row) => {
+            const q = row.resource;
+            const description = typeof q.description === 'string' ? q.description : '';
+            return `<li><button type="submit" name="questionnaire" value="${row.id}" class="form-choice">
+<span class="form-title">${escapeHtml(titleOf(q))}</span>${
+              typeof q.version === 'string'
+                ? `<span class="form-version">version ${escapeHtml(q.version)}</span>`
+                : ''
+            }${description ? `<span class="form-description">${escapeHtml(description)}</span>` : ''}</button></li>`;
+          })
+          .join('')}</ul>`;
+  const notStarted = task.resource.status === 'draft';
+  sendHtml(
+    ctx,
+    200,
+    layout({
+      title: 'Choose a report form',
+      chrome: page.chrome,
+      topBar: patientBanner(patient),
+      body: `<main id="main"><div class="card">
+<h1>Choose a report form</h1>
+<p class="hint">${
+        notStarted
+          ? 'Select the form to start this report with. Answers known from the clinical record are filled in for you.'
+          : 'This task already has a report; choosing a form starts a new one.'
+      }</p>
+<form method="post" action="${escapeHtml(withQuery(`${appUrl}/tasks/${task.id}/forms`, page.carry))}">${carriedInputs(page.carry)}${list}</form>
+</div></main>`,
+    }),
+  );
+};
+
+/** POST {app_url}/tasks/:id/forms with `questionnaire=<id>`. */
+export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void> => {
+  checkOrigin(ctx, casebook);
+  const page = await pageContext(ctx, casebook);
+  const task = await loadTask(page, ctx.params.id);
+  if (task.resource.status !== 'draft')
+    throw new DomainError(
+      'conflict',
+      'TaskStarted',
+      `Task/${task.id} is ${String(task.resource.status)}: its report has already been started`,
+    );
+  const raw = (ctx.request.body as Record<string, unknown> | undefined)?.questionnaire;
+  const qid = typeof raw === 'string' && /^\d{1,10}$/.test(raw) ? Number(raw) : undefined;
+  if (qid === undefined)
+    throw new DomainError('invalid', 'QuestionnaireRequired', 'choose a form (questionnaire=<id>)');
+  const qrow = await readResource(page.command.sql, 'Questionnaire', qid, page.session.tenantId);
+  if (!qrow || qrow.deleted || !isAllowed(page.principal, 'r', targetOf(qrow)))
+    throw new DomainError('not_found', 'QuestionnaireNotFound', `no form ${qid} is available to you`);
+
+  const read = async (type: 'Patient' | 'Encounter' | 'Practitioner', id: number | undefined) => {
+    if (id === undefined) return undefined;
+    const row = await readResource(page.command.sql, type, id, page.session.tenantId);
+    return row && !row.deleted ? (row.resource as Json) : undefined;
+  };
+  const patient = await read('Patient', referenceId(task.resource.for, 'Patient'));
+  const encounter = await read('Encounter', referenceId(task.resource.encounter, 'Encounter'));
+  const user = await read('Practitioner', page.session.userId);
+  const { response } = await populate({
+    questionnaire: qrow.resource as unknown as Questionnaire,
+    ...(patient ? { subject: { reference: `Patient/${patient.id}` } } : {}),
+    context: [
+      ...(patient ? [{ name: 'patient', content: patient }] : []),
+      ...(encounter ? [{ name: 'encounter', content: encounter }] : []),
+      ...(user ? [{ name: 'user', content: user }] : []),
+    ],
+    now: page.command.now,
+  });
+  const questionnaireRef =
+    response.questionnaire ??
+    (typeof qrow.resource.url === 'string' ? qrow.resource.url : `Questionnaire/${qrow.id}`);
+  const qr = {
+    ...response,
+    questionnaire: questionnaireRef,
+    status: 'in-progress',
+    ...(patient ? { subject: { reference: `Patient/${patient.id}` } } : {}),
+    ...(encounter ? { encounter: { reference: `Encounter/${encounter.id}` } } : {}),
+    author: { reference: page.principal.userRef! },
+    authored: page.command.now.toISOString(),
+  };
+  const handlers = fhirHandlers();
+  const created = await handlers.create(page.command, page.principal, DEFINITIONS.QuestionnaireResponse, qr);
+  const reference = { reference: `QuestionnaireResponse/${created.id}` };
+  const { resourceType: _t, id: _i, meta: _m, ...content } = task.resource;
+  const outputs = (Array.isArray(content.output) ? (content.output as Record<string, unknown>[]) : []).filter(
+    (o) => referenceId(o?.valueReference, 'QuestionnaireResponse') === undefined,
+  );
+  await handlers.update(page.command, page.principal, DEFINITIONS.Task, task.id, {
+    resourceType: 'Task',
+    ...content,
+    status: 'in-progress',
+    focus: reference,
+    output: [...outputs, { type: { text: 'questionnaire-response' }, valueReference: reference }],
+  });
+  const head = await page.command.store.headPosition();
+  if (head) await page.command.waitForProjections(head);
+  const appUrl = casebook.config.appUrl.replace(/\/+$/, '');
+  ctx.status = 303;
+  ctx.set('Cache-Control', 'no-store');
+  ctx.redirect(withQuery(`${appUrl}/tasks/${task.id}/report`, page.carry));
+  ctx.status = 303;
+};
