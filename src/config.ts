@@ -36,6 +36,13 @@ const schema = z.object({
   ALLOWED_REDIRECT_ORIGINS: list,
   CORS_ORIGINS: list,
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  EXPORT_SINK: z.string().optional(),
+  LAUNCHER_CLIENT_ID: z.string().optional(),
+  LAUNCHER_CLIENT_SECRET: z.string().optional(),
+  LAUNCHER_PATIENT_SYSTEM: z.string().default('urn:casebook:hospital:patient'),
+  LAUNCHER_ENCOUNTER_SYSTEM: z.string().default('urn:casebook:hospital:encounter'),
+  LAUNCHER_STAFF_SYSTEM: z.string().default('urn:casebook:hospital:staff'),
+  LAUNCHER_TASK_SYSTEM: z.string().default('urn:casebook:hospital:encounter-task'),
 });
 
 export interface Config {
@@ -56,6 +63,20 @@ export interface Config {
   readonly allowedRedirectOrigins: readonly string[];
   readonly corsOrigins: readonly string[];
   readonly logLevel: string;
+  /**
+   * Where report text goes (DESIGN.md §5): `http(s)://…` (POST text/plain), `mllp://host:port`
+   * (HL7 v2 ORU^R01), `file:///absolute/dir`; undefined = no export.
+   */
+  readonly exportSink: string | undefined;
+  /** The hospital launcher (spec §1.6, §4.6): its client credentials and identifier systems. */
+  readonly launcher: {
+    readonly clientId: string | undefined;
+    readonly clientSecret: string | undefined;
+    readonly patientSystem: string;
+    readonly encounterSystem: string;
+    readonly staffSystem: string;
+    readonly taskSystem: string;
+  };
 }
 
 /**
@@ -91,5 +112,14 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     allowedRedirectOrigins: e.ALLOWED_REDIRECT_ORIGINS.map((o) => new URL(o).origin),
     corsOrigins: e.CORS_ORIGINS,
     logLevel: e.LOG_LEVEL,
+    exportSink: e.EXPORT_SINK || undefined,
+    launcher: {
+      clientId: e.LAUNCHER_CLIENT_ID || undefined,
+      clientSecret: e.LAUNCHER_CLIENT_SECRET || undefined,
+      patientSystem: e.LAUNCHER_PATIENT_SYSTEM,
+      encounterSystem: e.LAUNCHER_ENCOUNTER_SYSTEM,
+      staffSystem: e.LAUNCHER_STAFF_SYSTEM,
+      taskSystem: e.LAUNCHER_TASK_SYSTEM,
+    },
   };
 };
