@@ -11,6 +11,8 @@ import type { Config } from './config.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
+import { Exporter } from './integration/export/exporter.js';
+import { openSink } from './integration/export/sinks.js';
 import { allProjections } from './projections/index.js';
 import { ProjectionRunner } from './projections/runner.js';
 
@@ -20,6 +22,8 @@ export interface Casebook {
   readonly store: EventStore;
   readonly runner: ProjectionRunner;
   readonly logger: Logger;
+  /** The report exporter, when EXPORT_SINK is set and this process runs it. */
+  readonly exporter: Exporter | undefined;
   /** The clock every command reads its `now` from (tests move it). */
   readonly clock: () => Date;
   /** A command context for a cause (tenant, actor, request). */
@@ -39,6 +43,8 @@ export interface OpenOptions {
   readonly logger?: Logger;
   /** Start the projection runner in this process (default true). */
   readonly project?: boolean;
+  /** Run the report exporter in this process when EXPORT_SINK is set (default true). */
+  readonly export?: boolean;
 }
 
 const processAlive = (pid: number): boolean => {
@@ -117,12 +123,16 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   await runner.migrate();
   if (options.project !== false) runner.start();
   const clock = options.clock ?? (() => new Date());
-  return {
+  let exporter: Exporter | undefined;
+  const casebook: Casebook = {
     config,
     sql,
     store,
     runner,
     logger,
+    get exporter() {
+      return exporter;
+    },
     clock,
     context: (cause) => ({
       store,
@@ -136,9 +146,18 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       waitForProjections: (position) => runner.waitFor(position),
     }),
     close: async () => {
+      await exporter?.stop();
       await runner.stop();
       await store.close();
       await sql.close();
     },
   };
+  if (config.exportSink && options.export !== false) {
+    exporter = new Exporter(casebook, openSink(config.exportSink), {
+      patientSystem: config.launcher.patientSystem,
+      encounterSystem: config.launcher.encounterSystem,
+    });
+    exporter.start();
+  }
+  return casebook;
 };

@@ -25,7 +25,7 @@ const withCasebook = async (
   fn: (casebook: Casebook) => Promise<void>,
   options: { project?: boolean } = {},
 ) => {
-  const casebook = await openCasebook(loadConfig(), { project: options.project ?? true });
+  const casebook = await openCasebook(loadConfig(), { project: options.project ?? true, export: false });
   try {
     await fn(casebook);
   } finally {
@@ -54,9 +54,10 @@ program
   .command('serve')
   .description('run the HTTP hosts (auth, app, FHIR, launch) and, unless --no-project, the projection runner')
   .option('--no-project', 'do not run the projection runner in this process')
-  .action(async (options: { project: boolean }) => {
+  .option('--no-export', 'do not run the report exporter in this process')
+  .action(async (options: { project: boolean; export: boolean }) => {
     const config = loadConfig();
-    const casebook = await openCasebook(config, { project: options.project });
+    const casebook = await openCasebook(config, { project: options.project, export: options.export });
     if (config.seedFile) {
       const report = await applySeed(casebook, readSeed(config.seedFile));
       casebook.logger.info(
@@ -98,7 +99,24 @@ program
   .command('project')
   .description('run only the projection runner (one active instance per database; others stand by)')
   .action(async () => {
-    const casebook = await openCasebook(loadConfig(), { project: true });
+    const casebook = await openCasebook(loadConfig(), { project: true, export: false });
+    const shutdown = async () => {
+      await casebook.close();
+      process.exit(0);
+    };
+    process.once('SIGINT', shutdown);
+    process.once('SIGTERM', shutdown);
+  });
+
+program
+  .command('export')
+  .description(
+    'run only the report exporter to EXPORT_SINK (one active instance per database; others stand by)',
+  )
+  .action(async () => {
+    const config = loadConfig();
+    if (!config.exportSink) throw new Error('EXPORT_SINK is not set: nothing to export to');
+    const casebook = await openCasebook(config, { project: false, export: true });
     const shutdown = async () => {
       await casebook.close();
       process.exit(0);

@@ -14,6 +14,7 @@ import { sessionsRouter } from './auth/sessions.js';
 import { HttpError, sendProblem, toProblem } from './errors.js';
 import { sendOutcome, toOutcome } from './fhir/outcome.js';
 import { fhirRouter } from './fhir/router.js';
+import { launchRouter } from './launch/router.js';
 import { SDC_OPERATIONS } from './sdc/operations.js';
 import { sdcRouter } from './sdc/router.js';
 
@@ -35,7 +36,9 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const under = (prefix: string, path: string) => path === prefix || path.startsWith(`${prefix}/`);
   const isFhir = (path: string) => under(fhirPrefix, path) || under(sdcPrefix, path);
   const appPrefix = mountPath(casebook.config.appUrl);
-  const isApp = (path: string) => under(appPrefix, path);
+  const launchPrefix = mountPath(casebook.config.launchUrl);
+  // The launcher's pages (issue 6) answer errors as HTML pages too.
+  const isApp = (path: string) => under(appPrefix, path) || under(launchPrefix, path);
   // spec §4.5: CORS for the web SDK on the data server and form backend: the app origin and
   // CORS_ORIGINS only, with credentials, these methods and headers; preflights answered.
   const corsOrigins = new Set([new URL(casebook.config.appUrl).origin, ...casebook.config.corsOrigins]);
@@ -150,6 +153,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const root = new Router();
   const application = appRouter(casebook);
   root.use(appPrefix, application.routes(), application.allowedMethods());
+  const launch = launchRouter(casebook);
+  root.use(launchPrefix, launch.routes(), launch.allowedMethods());
   const auth = sessionsRouter(casebook);
   root.use(mountPath(casebook.config.authUrl), auth.routes(), auth.allowedMethods());
   // The form backend first: its `$operation` paths would otherwise match `/:type/:id`.

@@ -1,3 +1,4 @@
+import { exportOutboxProjection } from './export-outbox.js';
 import type { Projection } from './projection.js';
 import { resourcesProjection } from './resources.js';
 import { sessionsProjection } from './sessions.js';
@@ -9,4 +10,5 @@ export const allProjections: readonly Projection[] = [
   apiClientsProjection,
   sessionsProjection,
   resourcesProjection,
+  exportOutboxProjection,
 ];

@@ -363,6 +363,7 @@ const TABLE_KEYS: Readonly<Record<string, readonly string[]>> = {
   rm_sessions: ['id'],
   rm_resources: ['resource_type', 'id'],
   rm_resource_identifiers: ['resource_type', 'tenant_id', 'system', 'value', 'id'],
+  rm_export_outbox: ['response_id', 'version_id'],
 };
 
 type Row = Record<string, unknown>;
@@ -564,6 +565,8 @@ const expectedRows = (log: Log): Record<string, Row[]> => {
       identifierRow('Practitioner', log.tenantId, LANR, log.practitionerId),
       identifierRow('Task', log.tenantId, TASK_ID, log.taskId),
     ],
+    // The log holds no completed QuestionnaireResponse: nothing to export.
+    rm_export_outbox: [],
   };
 };
 

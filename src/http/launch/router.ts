@@ -1,0 +1,142 @@
+/**
+ * The hospital launcher's pages at {launch_url} (spec §1.6, §4.6; issue 6):
+ * - `GET {launch_url}?patient=…&encounter=…[&supervisor=…][&user=…][&dob=…][&sex=…]` validates the
+ *   launch, sends the transaction Bundle and creates the session (over HTTP, with the launcher's
+ *   client credentials), then sends the browser through the handover to the app (303);
+ * - `GET {launch_url}/submitted?response=QuestionnaireResponse/<id>&task=Task/<id>`, the session's
+ *   post_submit_redirect: tells the clinician the report was submitted, with its export status.
+ * Errors are HTML pages (the app's error middleware treats this prefix like the app host).
+ */
+import Router from '@koa/router';
+import type { Context } from 'koa';
+import type { Casebook } from '../../casebook.js';
+import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
+import {
+  LaunchError,
+  type LauncherSettings,
+  parseLaunchParams,
+  performLaunch,
+} from '../../integration/launcher.js';
+import { escapeHtml, layout } from '../app/layout.js';
+import { HttpError } from '../errors.js';
+
+/**
+ * The export status of a QuestionnaireResponse (`exportStatus` of the export module); a failure to
+ * read it is logged and shown as "unknown", never as an error: the report itself was submitted.
+ * Without a queued export and without an export sink, the export is `disabled`.
+ */
+export const readExportStatus = async (
+  casebook: Casebook,
+  responseId: number,
+): Promise<ExportStatus | undefined> => {
+  try {
+    const status = await exportStatus(casebook.sql, responseId, casebook.config);
+    return status ?? (casebook.config.exportSink ? undefined : { state: 'disabled', attempts: 0 });
+  } catch (err) {
+    casebook.logger.warn({ err, responseId }, 'export status unavailable');
+    return undefined;
+  }
+};
+
+/** The clinician-facing text of an export status: a short label and a sentence. */
+export const exportStatusText = (status: ExportStatus | undefined): { label: string; detail: string } => {
+  if (!status) return { label: 'unknown', detail: 'The export status of this report is not known.' };
+  const attempts = `${status.attempts} attempt${status.attempts === 1 ? '' : 's'}`;
+  switch (status.state) {
+    case 'delivered':
+      return {
+        label: 'delivered',
+        detail: `The report was delivered to the hospital system${status.deliveredAt ? ` at ${status.deliveredAt}` : ''}.`,
+      };
+    case 'pending':
+      return {
+        label: 'pending',
+        detail: `The report is being sent to the hospital system (${attempts} so far).`,
+      };
+    case 'failed':
+      return {
+        label: 'failed',
+        detail: `The report could not be delivered to the hospital system after ${attempts}. Please contact IT support.`,
+      };
+    case 'disabled':
+      return { label: 'disabled', detail: 'Export to the hospital system is not configured.' };
+  }
+};
+
+const launcherSettings = (casebook: Casebook): LauncherSettings | undefined => {
+  const { config } = casebook;
+  const { clientId, clientSecret } = config.launcher;
+  if (!clientId || !clientSecret) return undefined;
+  return {
+    ...config.launcher,
+    clientId,
+    clientSecret,
+    fhirUrl: config.fhirUrl,
+    authUrl: config.authUrl,
+    appUrl: config.appUrl,
+    launchUrl: config.launchUrl,
+  };
+};
+
+const reference = (ctx: Context, name: string, type: string): number => {
+  const raw = ctx.query[name];
+  const value = typeof raw === 'string' ? raw.trim() : undefined;
+  const m = value ? new RegExp(`^${type}/(\\d{1,10})$`).exec(value) : null;
+  if (!m || Number(m[1]) > 2_147_483_647)
+    throw new HttpError(400, 'InvalidReference', `${name} must be a reference such as ${type}/123`);
+  return Number(m[1]);
+};
+
+const submittedPage = (responseId: number, taskId: number, status: ExportStatus | undefined): string => {
+  const text = exportStatusText(status);
+  return layout({
+    title: 'Report submitted',
+    chrome: 'standalone',
+    body: `<main id="main" class="outcome"><div class="card"><h1>Report submitted</h1>
+<p class="notice" role="status">Your report was submitted.</p>
+<p class="meta">QuestionnaireResponse/${responseId} · Task/${taskId}</p>
+<h2>Export to the hospital system</h2>
+<p>Status: <span class="badge export-${escapeHtml(text.label)}">${escapeHtml(text.label)}</span></p>
+<p class="hint">${escapeHtml(text.detail)}</p>
+<p class="hint">You can close this window and return to your clinical system.</p></div></main>`,
+  });
+};
+
+/** Builds the launcher's router (mounted at the path of {launch_url}). */
+export const launchRouter = (casebook: Casebook): Router => {
+  const router = new Router();
+
+  router.get('/', async (ctx) => {
+    ctx.set('Cache-Control', 'no-store');
+    ctx.set('Referrer-Policy', 'no-referrer');
+    const settings = launcherSettings(casebook);
+    if (!settings)
+      throw new HttpError(
+        503,
+        'LauncherNotConfigured',
+        'the launcher is not configured (LAUNCHER_CLIENT_ID and LAUNCHER_CLIENT_SECRET are not set)',
+      );
+    try {
+      const request = parseLaunchParams(ctx.query, casebook.clock());
+      const result = await performLaunch(request, settings);
+      ctx.status = 303;
+      ctx.redirect(result.redirect);
+      ctx.status = 303;
+    } catch (error) {
+      if (error instanceof LaunchError) throw new HttpError(error.status, 'LaunchFailed', error.message);
+      throw error;
+    }
+  });
+
+  router.get('/submitted', async (ctx) => {
+    const responseId = reference(ctx, 'response', 'QuestionnaireResponse');
+    const taskId = reference(ctx, 'task', 'Task');
+    const status = await readExportStatus(casebook, responseId);
+    ctx.status = 200;
+    ctx.type = 'text/html; charset=utf-8';
+    ctx.set('Cache-Control', 'no-store');
+    ctx.body = submittedPage(responseId, taskId, status);
+  });
+
+  return router;
+};

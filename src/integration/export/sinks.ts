@@ -1,0 +1,249 @@
+/**
+ * Where exported report text goes (DESIGN.md §5 `EXPORT_SINK`): an HTTP endpoint (POST
+ * text/plain), an HL7 v2 receiver over MLLP (ORU^R01, waiting for the ACK), or a drop directory
+ * (one .txt per report, written atomically). Only the plain text and the hospital identifiers
+ * leave casebook.
+ */
+import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface HospitalIdentifier {
+  readonly system: string;
+  readonly value: string;
+}
+
+/** One report to deliver. */
+export interface Report {
+  /** The plain-text narrative. */
+  readonly text: string;
+  /** Stable per response version: receivers drop repeats. */
+  readonly idempotencyKey: string;
+  readonly patientIdentifier?: HospitalIdentifier | undefined;
+  readonly encounterIdentifier?: HospitalIdentifier | undefined;
+  readonly responseId: number;
+  readonly version: number;
+  /** QuestionnaireResponse.authored, when given. */
+  readonly authored?: string | undefined;
+}
+
+export interface Sink {
+  /** Scheme and host of the sink, for the event log (never credentials or paths). */
+  readonly label: string;
+  /**
+   * Delivers one report.
+   * @throws {Error} when the sink did not accept it.
+   */
+  deliver(report: Report): Promise<void>;
+}
+
+export interface SinkOptions {
+  /** Bound of one delivery, milliseconds (default 10 s). */
+  readonly timeoutMs?: number;
+}
+
+/**
+ * Opens the sink named by `url` (`http(s)://…`, `mllp://host:port`, `file:///abs/dir`).
+ * @throws {Error} for an unsupported or malformed URL.
+ */
+export const openSink = (url: string, options: SinkOptions = {}): Sink => {
+  const parsed = new URL(url);
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  switch (parsed.protocol) {
+    case 'http:':
+    case 'https:':
+      return httpSink(parsed, timeoutMs);
+    case 'mllp:':
+      return mllpSink(parsed, timeoutMs);
+    case 'file:':
+      return fileSink(parsed);
+    default:
+      throw new Error(`EXPORT_SINK: unsupported scheme ${parsed.protocol} (use http, https, mllp or file)`);
+  }
+};
+
+const identifierHeader = (i: HospitalIdentifier) => {
+  const raw = `${i.system}|${i.value}`;
+  // Header values are bytes: anything outside printable ASCII is percent-encoded.
+  return /^[\x20-\x7e]*$/.test(raw) ? raw : encodeURIComponent(raw);
+};
+
+const httpSink = (url: URL, timeoutMs: number): Sink => {
+  // Credentials in the URL go in the Authorization header, not into the request line.
+  const target = new URL(url.href);
+  const username = decodeURIComponent(target.username);
+  const password = decodeURIComponent(target.password);
+  target.username = '';
+  target.password = '';
+  return {
+    label: `${url.protocol}//${url.host}`,
+    deliver: async (report) => {
+      const headers: Record<string, string> = {
+        'Content-Type': 'text/plain; charset=utf-8',
+        'Idempotency-Key': report.idempotencyKey,
+      };
+      if (username || password)
+        headers.Authorization = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
+      if (report.patientIdentifier)
+        headers['X-Patient-Identifier'] = identifierHeader(report.patientIdentifier);
+      if (report.encounterIdentifier)
+        headers['X-Encounter-Identifier'] = identifierHeader(report.encounterIdentifier);
+      const res = await fetch(target, {
+        method: 'POST',
+        headers,
+        body: report.text,
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+      await res.arrayBuffer().catch(() => undefined);
+      if (!res.ok) throw new Error(`HTTP ${res.status} from the export sink`);
+    },
+  };
+};
+
+const fileSink = (url: URL): Sink => {
+  const dir = fileURLToPath(url);
+  return {
+    label: 'file://',
+    deliver: async (report) => {
+      await mkdir(dir, { recursive: true });
+      const name = join(dir, `${report.responseId}-v${report.version}.txt`);
+      const tmp = `${name}.tmp`;
+      await writeFile(tmp, report.text, 'utf8');
+      await rename(tmp, name);
+    },
+  };
+};
+
+// ---------------------------------------------------------------------------------------------
+// HL7 v2 over MLLP
+// ---------------------------------------------------------------------------------------------
+
+const VT = 0x0b;
+const FS = 0x1c;
+const CR = 0x0d;
+
+/** Escapes HL7 v2 delimiters in a field value (`\` first). */
+export const hl7Escape = (value: string): string =>
+  value
+    .replace(/\\/g, '\\E\\')
+    .replace(/\|/g, '\\F\\')
+    .replace(/\^/g, '\\S\\')
+    .replace(/&/g, '\\T\\')
+    .replace(/~/g, '\\R\\')
+    .replace(/[\r\n]/g, ' ');
+
+/** HL7 DTM (YYYYMMDDHHMMSS, UTC) of an ISO date-time; dates pass as YYYYMMDD. */
+const hl7Time = (iso: string | Date): string => {
+  if (typeof iso === 'string' && /^\d{4}(-\d{2}(-\d{2})?)?$/.test(iso)) return iso.replace(/-/g, '');
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  return d
+    .toISOString()
+    .replace(/[-:T]/g, '')
+    .replace(/\.\d+Z$/, '');
+};
+
+const cx = (i: HospitalIdentifier | undefined) =>
+  i ? `${hl7Escape(i.value)}^^^&${hl7Escape(i.system)}&URI` : '';
+
+/** The ORU^R01 message of a report, segments separated by CR (no framing). */
+export const buildOru = (report: Report, now: Date = new Date()): string => {
+  const lines = report.text.split('\n');
+  const observed = report.authored ? hl7Time(report.authored) : '';
+  const pv1 = ['PV1', '1', 'U', ...Array<string>(16).fill(''), cx(report.encounterIdentifier)];
+  const obr = [
+    'OBR',
+    '1',
+    '',
+    hl7Escape(`QuestionnaireResponse/${report.responseId}/_history/${report.version}`),
+    'REPORT^Structured report^L',
+    '',
+    '',
+    observed,
+    ...Array<string>(17).fill(''),
+    report.version > 1 ? 'C' : 'F',
+  ];
+  const segments = [
+    [
+      'MSH',
+      '^~\\&',
+      'CASEBOOK',
+      'CASEBOOK',
+      '',
+      '',
+      hl7Time(now),
+      '',
+      'ORU^R01^ORU_R01',
+      hl7Escape(report.idempotencyKey),
+      'P',
+      '2.5',
+    ].join('|'),
+    ['PID', '1', '', cx(report.patientIdentifier)].join('|'),
+    pv1.join('|'),
+    obr.join('|'),
+    ...lines.map((line, i) =>
+      [
+        'OBX',
+        String(i + 1),
+        'TX',
+        'REPORT^Structured report^L',
+        '1',
+        hl7Escape(line),
+        '',
+        '',
+        '',
+        '',
+        '',
+        'F',
+      ].join('|'),
+    ),
+  ];
+  return segments.join('\r');
+};
+
+/** Wraps a message in MLLP framing: VT message FS CR. */
+export const mllpFrame = (message: string): Buffer =>
+  Buffer.concat([Buffer.from([VT]), Buffer.from(message, 'utf8'), Buffer.from([FS, CR])]);
+
+const mllpSink = (url: URL, timeoutMs: number): Sink => {
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const port = Number(url.port);
+  if (!host || !Number.isInteger(port) || port <= 0)
+    throw new Error('EXPORT_SINK: mllp needs mllp://host:port');
+  return {
+    label: `mllp://${url.host}`,
+    deliver: (report) =>
+      new Promise<void>((resolve, reject) => {
+        const socket = connect({ host, port });
+        let received = Buffer.alloc(0);
+        let settled = false;
+        const finish = (error?: Error) => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          socket.destroy();
+          if (error) reject(error);
+          else resolve();
+        };
+        const timer = setTimeout(
+          () => finish(new Error(`no MLLP acknowledgement within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+        socket.on('connect', () => socket.write(mllpFrame(buildOru(report))));
+        socket.on('data', (chunk: Buffer) => {
+          received = Buffer.concat([received, chunk]);
+          const start = received.indexOf(VT);
+          const end = received.indexOf(FS, start + 1);
+          if (start < 0 || end < 0) return;
+          const ack = received.subarray(start + 1, end).toString('utf8');
+          const msa = ack.split(/\r\n?|\n/).find((s) => s.startsWith('MSA|'));
+          const code = msa?.split('|')[1];
+          if (code === 'AA' || code === 'CA') finish();
+          else finish(new Error(`HL7 receiver answered ${code ?? 'without MSA'}`));
+        });
+        socket.on('error', (error) => finish(error));
+        socket.on('close', () => finish(new Error('MLLP connection closed before the acknowledgement')));
+      }),
+  };
+};

@@ -1,0 +1,390 @@
+/**
+ * The hospital launcher (spec §1.6, §4.6; issue 6): turns a launch URL of the hospital's EHR
+ * (`/launch?patient=…&encounter=…[&supervisor=…][&user=…][&dob=…][&sex=…]`) into
+ *   1. a validated {@link LaunchRequest} (pure, {@link parseLaunchParams});
+ *   2. one FHIR transaction Bundle (pure, {@link buildLaunchBundle}) POSTed to {fhir_base_url};
+ *   3. a session (POST {auth_url}/sessions) for the user with patient/encounter context;
+ *   4. the handover URL the browser is sent to, whose `next` is {app_url}/external/v1?task=Task/<id>.
+ *
+ * The launcher talks to casebook only over HTTP with its own client credentials, as a separate
+ * hospital component would.
+ */
+import { randomUUID } from 'node:crypto';
+
+/** A failure of the launch, shown to the clinician as an error page with `status`. */
+export class LaunchError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'LaunchError';
+  }
+}
+
+export type Gender = 'male' | 'female' | 'other' | 'unknown';
+
+/** A validated launch: hospital numbers (not casebook ids) plus demographics. */
+export interface LaunchRequest {
+  readonly patient: string;
+  readonly encounter: string;
+  readonly user?: string;
+  readonly supervisor?: string;
+  /** YYYY-MM-DD */
+  readonly dob?: string;
+  readonly gender?: Gender;
+}
+
+/** The launcher's configuration: its client credentials, identifier systems and public URLs. */
+export interface LauncherSettings {
+  readonly clientId: string;
+  readonly clientSecret: string;
+  readonly patientSystem: string;
+  readonly encounterSystem: string;
+  readonly staffSystem: string;
+  readonly taskSystem: string;
+  readonly fhirUrl: string;
+  readonly authUrl: string;
+  readonly appUrl: string;
+  readonly launchUrl: string;
+}
+
+/** The identifier systems of the hospital, as used in the Bundle. */
+export type LaunchSystems = Pick<
+  LauncherSettings,
+  'patientSystem' | 'encounterSystem' | 'staffSystem' | 'taskSystem'
+>;
+
+const SEX: Record<string, Gender> = {
+  male: 'male',
+  female: 'female',
+  other: 'other',
+  unknown: 'unknown',
+  m: 'male',
+  f: 'female',
+  o: 'other',
+  u: 'unknown',
+};
+
+const MAX_NUMBER = 128;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+type Query = Readonly<Record<string, string | readonly string[] | undefined>>;
+
+const single = (query: Query, name: string): string | undefined => {
+  const raw = query[name];
+  if (raw === undefined) return undefined;
+  if (typeof raw !== 'string') {
+    if (raw.length > 1) throw new LaunchError(400, `the launch link gives ${name} more than once`);
+    return raw[0];
+  }
+  return raw;
+};
+
+/** A hospital number: trimmed, non-empty, printable, bounded. */
+const hospitalNumber = (query: Query, name: string, required: boolean): string | undefined => {
+  const raw = single(query, name)?.trim();
+  if (raw === undefined || raw === '') {
+    if (required) throw new LaunchError(400, `the launch link has no ${name} number (${name}= is required)`);
+    return undefined;
+  }
+  if (raw.length > MAX_NUMBER)
+    throw new LaunchError(400, `${name} is too long (at most ${MAX_NUMBER} characters)`);
+  if (CONTROL.test(raw)) throw new LaunchError(400, `${name} contains control characters`);
+  return raw;
+};
+
+/** `YYYY-MM-DD` naming a real calendar date, not after `today`. */
+const birthDate = (raw: string, today: Date): string => {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(raw);
+  if (!m) throw new LaunchError(400, `dob must be a date as YYYY-MM-DD, not "${raw}"`);
+  const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
+  const date = new Date(Date.UTC(year, month - 1, day));
+  if (date.getUTCFullYear() !== year || date.getUTCMonth() !== month - 1 || date.getUTCDate() !== day)
+    throw new LaunchError(400, `dob ${raw} is not a real date`);
+  if (raw > today.toISOString().slice(0, 10)) throw new LaunchError(400, `dob ${raw} is in the future`);
+  return raw;
+};
+
+/**
+ * Validates the launch URL's query (spec §4.6). Unknown parameters are ignored.
+ * @throws {LaunchError} 400 with a message for the clinician.
+ */
+export const parseLaunchParams = (query: Query, today: Date = new Date()): LaunchRequest => {
+  const patient = hospitalNumber(query, 'patient', true)!;
+  const encounter = hospitalNumber(query, 'encounter', true)!;
+  const user = hospitalNumber(query, 'user', false);
+  const supervisor = hospitalNumber(query, 'supervisor', false);
+  if (user === undefined && supervisor === undefined)
+    throw new LaunchError(400, 'user or supervisor is required to open a session');
+  const dobRaw = single(query, 'dob')?.trim();
+  const dob = dobRaw ? birthDate(dobRaw, today) : undefined;
+  const sexRaw = single(query, 'sex')?.trim();
+  let gender: Gender | undefined;
+  if (sexRaw) {
+    gender = SEX[sexRaw.toLowerCase()];
+    if (!gender)
+      throw new LaunchError(
+        400,
+        `sex "${sexRaw}" is not a known code (use male, female, other, unknown or M, F, O, U)`,
+      );
+  }
+  return {
+    patient,
+    encounter,
+    ...(user !== undefined ? { user } : {}),
+    ...(supervisor !== undefined ? { supervisor } : {}),
+    ...(dob !== undefined ? { dob } : {}),
+    ...(gender !== undefined ? { gender } : {}),
+  };
+};
+
+/** The staff number the session is opened for: the user, else the supervisor. */
+export const sessionUserOf = (request: LaunchRequest): string => request.user ?? request.supervisor!;
+
+/** `identifier=<system>|<value>` for a conditional URL or ifNoneExist. */
+export const identifierQuery = (system: string, value: string): string =>
+  `identifier=${encodeURIComponent(`${system}|${value}`)}`;
+
+export interface LaunchBundle {
+  readonly resourceType: 'Bundle';
+  readonly type: 'transaction';
+  readonly entry: {
+    readonly fullUrl: string;
+    readonly resource: Record<string, unknown>;
+    readonly request: {
+      readonly method: 'PUT' | 'POST';
+      readonly url: string;
+      readonly ifNoneExist?: string;
+    };
+  }[];
+}
+
+/**
+ * The transaction Bundle of a launch: conditional update of Patient, Encounter and each
+ * Practitioner (user, supervisor), and a Task for the encounter created only if none with the
+ * encounter's task identifier exists. Entry order: Patient, Encounter, Practitioner(s), Task.
+ */
+export const buildLaunchBundle = (
+  request: LaunchRequest,
+  systems: LaunchSystems,
+  uuid: () => string = randomUUID,
+): LaunchBundle => {
+  const urn = () => `urn:uuid:${uuid()}`;
+  const patientUrn = urn();
+  const encounterUrn = urn();
+  const staff = [...new Set([request.user, request.supervisor].filter((s): s is string => s !== undefined))];
+  const practitioners = staff.map((number) => ({
+    number,
+    fullUrl: urn(),
+  }));
+  const ownerUrn = practitioners.find((p) => p.number === sessionUserOf(request))!.fullUrl;
+  return {
+    resourceType: 'Bundle',
+    type: 'transaction',
+    entry: [
+      {
+        fullUrl: patientUrn,
+        resource: {
+          resourceType: 'Patient',
+          identifier: [{ system: systems.patientSystem, value: request.patient }],
+          ...(request.dob !== undefined ? { birthDate: request.dob } : {}),
+          ...(request.gender !== undefined ? { gender: request.gender } : {}),
+        },
+        request: { method: 'PUT', url: `Patient?${identifierQuery(systems.patientSystem, request.patient)}` },
+      },
+      {
+        fullUrl: encounterUrn,
+        resource: {
+          resourceType: 'Encounter',
+          identifier: [{ system: systems.encounterSystem, value: request.encounter }],
+          status: 'in-progress',
+          subject: { reference: patientUrn },
+        },
+        request: {
+          method: 'PUT',
+          url: `Encounter?${identifierQuery(systems.encounterSystem, request.encounter)}`,
+        },
+      },
+      ...practitioners.map((p) => ({
+        fullUrl: p.fullUrl,
+        resource: {
+          resourceType: 'Practitioner',
+          identifier: [{ system: systems.staffSystem, value: p.number }],
+        },
+        request: {
+          method: 'PUT' as const,
+          url: `Practitioner?${identifierQuery(systems.staffSystem, p.number)}`,
+        },
+      })),
+      {
+        fullUrl: urn(),
+        resource: {
+          resourceType: 'Task',
+          identifier: [{ system: systems.taskSystem, value: request.encounter }],
+          status: 'draft',
+          intent: 'order',
+          for: { reference: patientUrn },
+          encounter: { reference: encounterUrn },
+          owner: { reference: ownerUrn },
+        },
+        request: {
+          method: 'POST',
+          url: 'Task',
+          ifNoneExist: identifierQuery(systems.taskSystem, request.encounter),
+        },
+      },
+    ],
+  };
+};
+
+/** The ids the data server assigned, read from the transaction-response. */
+export interface LaunchIds {
+  readonly patientId: number;
+  readonly encounterId: number;
+  /** Practitioner id per staff number. */
+  readonly practitioners: ReadonlyMap<string, number>;
+  readonly taskId: number;
+  /** true when this launch created the Task (201), false when it already existed. */
+  readonly taskCreated: boolean;
+}
+
+const idFromLocation = (location: unknown, type: string): number => {
+  const m =
+    typeof location === 'string'
+      ? new RegExp(`^(?:.*/)?${type}/(\\d+)(?:/_history/\\d+)?$`).exec(location)
+      : null;
+  if (!m) throw new LaunchError(502, `the data server answered the launch without a ${type} location`);
+  return Number(m[1]);
+};
+
+/**
+ * Reads the ids out of a transaction-response to {@link buildLaunchBundle}'s Bundle.
+ * @throws {LaunchError} 502 when the response does not have the expected shape.
+ */
+export const readLaunchResponse = (bundle: LaunchBundle, response: unknown): LaunchIds => {
+  const entries = (response as { resourceType?: unknown; entry?: unknown })?.entry;
+  if (
+    (response as { resourceType?: unknown })?.resourceType !== 'Bundle' ||
+    !Array.isArray(entries) ||
+    entries.length !== bundle.entry.length
+  )
+    throw new LaunchError(502, 'the data server answered the launch with an unexpected response');
+  const at = (i: number) => (entries[i] as { response?: { status?: unknown; location?: unknown } })?.response;
+  const practitioners = new Map<string, number>();
+  bundle.entry.forEach((e, i) => {
+    if (e.resource.resourceType === 'Practitioner')
+      practitioners.set(
+        (e.resource.identifier as { value: string }[])[0]!.value,
+        idFromLocation(at(i)?.location, 'Practitioner'),
+      );
+  });
+  const last = bundle.entry.length - 1;
+  return {
+    patientId: idFromLocation(at(0)?.location, 'Patient'),
+    encounterId: idFromLocation(at(1)?.location, 'Encounter'),
+    practitioners,
+    taskId: idFromLocation(at(last)?.location, 'Task'),
+    taskCreated: String(at(last)?.status ?? '').startsWith('201'),
+  };
+};
+
+/** How long each call to casebook may take. */
+const TIMEOUT_MS = 15_000;
+
+const describeBody = async (res: Response): Promise<string> => {
+  const text = await res.text().catch(() => '');
+  try {
+    const body = JSON.parse(text) as {
+      issue?: { diagnostics?: string; code?: string }[];
+      detail?: string;
+    };
+    const issues = (body.issue ?? [])
+      .map((i) => i.diagnostics ?? i.code)
+      .filter(Boolean)
+      .join('; ');
+    if (issues) return issues;
+    if (body.detail) return body.detail;
+  } catch {
+    // not JSON
+  }
+  return res.statusText || 'no detail';
+};
+
+type Fetch = typeof fetch;
+
+const call = async (
+  fetchImpl: Fetch,
+  what: string,
+  url: string,
+  init: RequestInit,
+): Promise<{ res: Response; body: unknown }> => {
+  let res: Response;
+  try {
+    res = await fetchImpl(url, { ...init, signal: AbortSignal.timeout(TIMEOUT_MS), redirect: 'manual' });
+  } catch (error) {
+    if ((error as Error)?.name === 'TimeoutError')
+      throw new LaunchError(504, `the ${what} did not answer within ${TIMEOUT_MS / 1000} seconds`);
+    throw new LaunchError(
+      502,
+      `the ${what} could not be reached (${(error as Error)?.message ?? 'network error'})`,
+    );
+  }
+  if (!res.ok)
+    throw new LaunchError(
+      502,
+      `the ${what} refused the launch (HTTP ${res.status}: ${await describeBody(res)})`,
+    );
+  try {
+    return { res, body: await res.json() };
+  } catch {
+    throw new LaunchError(502, `the ${what} answered with a body that is not JSON`);
+  }
+};
+
+export interface LaunchResult extends LaunchIds {
+  readonly sessionId: number;
+  /** Where the browser goes: the handover, continuing at the app's launch URL for the Task. */
+  readonly redirect: string;
+}
+
+/**
+ * Performs a validated launch over HTTP: the transaction Bundle, the session, the handover URL.
+ * @throws {LaunchError} 502/504 when casebook refuses or does not answer; nothing is retried.
+ */
+export const performLaunch = async (
+  request: LaunchRequest,
+  settings: LauncherSettings,
+  fetchImpl: Fetch = fetch,
+): Promise<LaunchResult> => {
+  const authorization = `Basic ${Buffer.from(`${settings.clientId}:${settings.clientSecret}`).toString('base64')}`;
+  const bundle = buildLaunchBundle(request, settings);
+  const { body: response } = await call(fetchImpl, 'data server', settings.fhirUrl, {
+    method: 'POST',
+    headers: {
+      Authorization: authorization,
+      'Content-Type': 'application/fhir+json',
+      Accept: 'application/fhir+json',
+    },
+    body: JSON.stringify(bundle),
+  });
+  const ids = readLaunchResponse(bundle, response);
+  const user = ids.practitioners.get(sessionUserOf(request))!;
+  const { body: session } = await call(fetchImpl, 'session service', `${settings.authUrl}/sessions`, {
+    method: 'POST',
+    headers: { Authorization: authorization, 'Content-Type': 'application/json', Accept: 'application/json' },
+    body: JSON.stringify({
+      user,
+      patient: ids.patientId,
+      encounter: ids.encounterId,
+      post_submit_redirect: `${settings.launchUrl}/submitted`,
+    }),
+  });
+  const { id, handover_token: token } = session as { id?: unknown; handover_token?: unknown };
+  if (typeof token !== 'string' || typeof id !== 'number')
+    throw new LaunchError(502, 'the session service answered without a handover token');
+  const next = `${settings.appUrl}/external/v1?task=Task/${ids.taskId}`;
+  const params = new URLSearchParams({ token, next });
+  return { ...ids, sessionId: id, redirect: `${settings.authUrl}/sessions/$handover?${params.toString()}` };
+};
