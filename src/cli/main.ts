@@ -3,13 +3,22 @@
  * seed, events. Commands that print data print JSON.
  */
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import cliProgress from 'cli-progress';
 import { Command, Option } from 'commander';
 import { type Casebook, openCasebook } from '../casebook.js';
 import { generateSecret } from '../commands/secrets.js';
-import { applySeed, bootstrapDemo, readSeed, upsertQuestionnaire } from '../commands/seed.js';
+import {
+  applySeed,
+  bootstrapDemo,
+  DEMO_QUESTIONNAIRE,
+  readSeed,
+  upsertQuestionnaire,
+} from '../commands/seed.js';
 import { createTenant, registerClient } from '../commands/tenants.js';
 import { loadConfig } from '../config.js';
 import { DomainError } from '../domain/decider.js';
@@ -73,26 +82,101 @@ program
         console.log(`  export CASEBOOK_CLIENT_SECRET=${demo.clientSecret}\n`);
       }
     }
-    const server: Server = createHttpApp(casebook).listen(config.port, config.host);
-    await once(server, 'listening');
-    casebook.logger.info(
-      {
-        port: config.port,
-        store: casebook.store.kind,
-        auth: config.authUrl,
-        fhir: config.fhirUrl,
-        app: config.appUrl,
-      },
-      'casebook listening',
-    );
-    const shutdown = async () => {
-      server.close();
-      server.closeAllConnections();
-      await casebook.close();
-      process.exit(0);
-    };
-    process.once('SIGINT', shutdown);
-    process.once('SIGTERM', shutdown);
+    await listen(casebook);
+  });
+
+/** Serves casebook's HTTP hosts until SIGINT/SIGTERM, then closes everything. */
+const listen = async (casebook: Casebook): Promise<void> => {
+  const { config } = casebook;
+  const server: Server = createHttpApp(casebook).listen(config.port, config.host);
+  await once(server, 'listening');
+  casebook.logger.info(
+    {
+      port: config.port,
+      store: casebook.store.kind,
+      auth: config.authUrl,
+      fhir: config.fhirUrl,
+      app: config.appUrl,
+    },
+    'casebook listening',
+  );
+  const shutdown = async () => {
+    server.close();
+    server.closeAllConnections();
+    await casebook.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', shutdown);
+  process.once('SIGTERM', shutdown);
+};
+
+program
+  .command('hospital-demo')
+  .description(
+    'casebook as a hospital would run it (issue 6): the launcher configured, the demo report, and a demo HTTP sink that prints every exported report',
+  )
+  .option('--sink-port <port>', 'port of the demo sink on 127.0.0.1', '8099')
+  .action(async (o: { sinkPort: string }) => {
+    // The demo sink: what a hospital system would receive, printed as it arrives.
+    const sink = createServer((req, res) => {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      req.on('end', () => {
+        const rule = '─'.repeat(72);
+        console.log(`\n${rule}\nReport received by the demo sink (${req.headers['content-type']})`);
+        console.log(`  patient:   ${req.headers['x-patient-identifier'] ?? '-'}`);
+        console.log(`  encounter: ${req.headers['x-encounter-identifier'] ?? '-'}`);
+        console.log(`  key:       ${req.headers['idempotency-key'] ?? '-'}\n${rule}\n${body}\n${rule}`);
+        res.writeHead(204).end();
+      });
+    });
+    sink.listen(Number(o.sinkPort), '127.0.0.1');
+    await once(sink, 'listening');
+    const launcherSecret = generateSecret();
+    const config = loadConfig({
+      ...process.env,
+      DATA_DIR: process.env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'casebook-hospital-demo-')),
+      EXPORT_SINK: `http://127.0.0.1:${o.sinkPort}/reports`,
+      LAUNCHER_CLIENT_ID: 'hospital-launcher',
+      LAUNCHER_CLIENT_SECRET: launcherSecret,
+    });
+    const casebook = await openCasebook(config);
+    await applySeed(casebook, {
+      tenants: [
+        {
+          name: 'Demo Hospital',
+          ehr_managed: false,
+          allowed_scopes: ['patient/*.*', 'user/*.*'],
+          redirect_origins: [],
+          clients: [
+            {
+              client_id: 'hospital-launcher',
+              client_secret: launcherSecret,
+              scopes: ['system/*.*'],
+              projects: ['demo'],
+            },
+          ],
+          questionnaires: [{ project: 'demo', resource: DEMO_QUESTIONNAIRE }],
+        },
+      ],
+    });
+    await listen(casebook);
+    const launch = new URL(config.launchUrl);
+    for (const [name, value] of Object.entries({
+      patient: 'P-1001',
+      encounter: 'E-2001',
+      user: 'dr-grey',
+      dob: '1815-12-10',
+      sex: 'F',
+    }))
+      launch.searchParams.set(name, value);
+    console.log(`\ncasebook hospital demo: data in ${config.dataDir}, reports go to ${config.exportSink}`);
+    console.log('\nOpen this launch URL in a browser (as the hospital EHR would):\n');
+    console.log(`  ${launch.toString()}\n`);
+    console.log('Pick "Chest X-ray report", fill it in and submit: the demo sink prints the report here.\n');
   });
 
 program
