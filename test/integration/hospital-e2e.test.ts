@@ -1,9 +1,3 @@
-/**
- * The hospital flow end to end, with real processes (issue 6): the launcher at /launch, the report
- * editor in Debian chromium, the export to an HTTP sink, and an export that survives the server
- * being killed between submit and delivery.
- */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -14,7 +8,7 @@ import { expect } from 'chai';
 import type { Browser } from 'playwright-core';
 import { DEMO_QUESTIONNAIRE } from '../../src/commands/seed.js';
 import { chromiumMissing, launchBrowser, screenshot } from '../app/support.js';
-import { freePort, ROOT, type RunningServer, startServer } from '../support/process.js';
+import { freePort, type RunningServer, startServer } from '../support/process.js';
 
 const CLIENT_ID = 'hospital';
 const CLIENT_SECRET = 'hospital-secret-0123456789';
@@ -113,56 +107,6 @@ const waitFor = async (check: () => boolean | Promise<boolean>, ms: number): Pro
 };
 
 const posts = (sink: Sink) => sink.deliveries.filter((d) => d.method === 'POST');
-
-interface Killable extends RunningServer {
-  kill(): Promise<void>;
-}
-
-/** Like startServer (test/support/process.ts), but the process can also be killed with SIGKILL. */
-const startKillableServer = async (env: Record<string, string>): Promise<Killable> => {
-  const port = await freePort();
-  let output = '';
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...env, PORT: String(port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout!.on('data', (d) => {
-    output += d;
-  });
-  child.stderr!.on('data', (d) => {
-    output += d;
-  });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`server exited: ${output}`);
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`server did not start: ${output}`);
-    }
-    await sleep(100);
-  }
-  const exited = once(child, 'exit');
-  return {
-    port,
-    output: () => output,
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      await exited;
-    },
-    kill: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      process.kill(child.pid!, 'SIGKILL');
-      await exited;
-    },
-  };
-};
 
 const launchQuery = (params: Record<string, string>) => `/launch?${new URLSearchParams(params)}`;
 
@@ -288,7 +232,7 @@ describe('hospital flow end to end (real processes)', function () {
   });
 
   describe('the server is killed between submit and delivery', () => {
-    let server: Killable | undefined;
+    let server: RunningServer | undefined;
     let sink: Sink | undefined;
     let dir: string | undefined;
 
@@ -303,7 +247,7 @@ describe('hospital flow end to end (real processes)', function () {
       dir = prepared.dir;
       const sinkPort = await freePort(); // nothing listens there yet
       const env = { ...prepared.env, EXPORT_SINK: `http://127.0.0.1:${sinkPort}/reports` };
-      server = await startKillableServer(env);
+      server = await startServer(env);
       const fhirBase = `http://127.0.0.1:${server.port}/fhir/r5`;
       const post = async (body: Record<string, unknown>) => {
         const res = await fetch(`${fhirBase}/${body.resourceType}`, {
@@ -358,7 +302,7 @@ describe('hospital flow end to end (real processes)', function () {
 
       await server.kill();
       sink = await startSink(sinkPort);
-      server = await startKillableServer(env);
+      server = await startServer(env);
 
       const arrived = await waitFor(() => posts(sink!).length >= 1, 20_000);
       expect(arrived, `no delivery after restart; server output: ${server.output()}`).to.equal(true);

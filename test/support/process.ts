@@ -19,7 +19,10 @@ export const freePort = async (): Promise<number> => {
 export interface RunningServer {
   readonly port: number;
   readonly output: () => string;
+  /** SIGTERM: a graceful shutdown. */
   stop(): Promise<void>;
+  /** SIGKILL: the process dies at once, as in a crash. */
+  kill(): Promise<void>;
 }
 
 /** Starts `tsx src/cli/main.ts serve` and resolves once /healthz answers. */
@@ -51,15 +54,13 @@ export const startServer = async (env: Record<string, string>): Promise<RunningS
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return {
-    port,
-    output: () => output,
-    stop: async () => {
-      if (child.exitCode !== null) return;
-      child.kill('SIGTERM');
-      await once(child, 'exit');
-    },
+  const exited = once(child, 'exit');
+  const signal = async (name: 'SIGTERM' | 'SIGKILL') => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill(name);
+    await exited;
   };
+  return { port, output: () => output, stop: () => signal('SIGTERM'), kill: () => signal('SIGKILL') };
 };
 
 /** Runs the casebook CLI; resolves with stdout, rejects with stderr on a non-zero exit. */
