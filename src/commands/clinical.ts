@@ -11,7 +11,7 @@ import { identifierKey, reservationDecider, reservationStream } from '../domain/
 import type { ExpectedState } from '../eventstore/port.js';
 import { referenceId } from '../fhir/references.js';
 import { allocateId, type CommandContext } from './context.js';
-import { load } from './handle.js';
+import { findByIdentifier as findIdByIdentifier, loadResource } from './resources.js';
 
 export type ContextResourceType = 'Patient' | 'Encounter' | 'Practitioner';
 
@@ -29,13 +29,8 @@ export const findByIdentifier = async (
   tenantId: number,
   identifier: Identifier,
 ): Promise<ContextResource | undefined> => {
-  const { state } = await load(
-    ctx,
-    reservationStream(identifierKey(resourceType, tenantId, identifier.system, identifier.value)),
-    reservationDecider,
-  );
-  if (state.status !== 'claimed') return undefined;
-  return findById(ctx, resourceType, tenantId, Number(state.ownerId));
+  const id = await findIdByIdentifier(ctx, resourceType, tenantId, identifier.system, identifier.value);
+  return id === undefined ? undefined : findById(ctx, resourceType, tenantId, id);
 };
 
 /** Loads a resource by id; undefined when missing, deleted or in another tenant (spec §5.3: isolation). */
@@ -45,8 +40,8 @@ export const findById = async (
   tenantId: number,
   id: number,
 ): Promise<ContextResource | undefined> => {
-  const { state } = await load(ctx, resourceStream(resourceType, id), resourceDecider(resourceType));
-  if (state.status !== 'active' || state.tenantId !== tenantId) return undefined;
+  const { state } = await loadResource(ctx, resourceType, id, tenantId);
+  if (state.status !== 'active') return undefined;
   if (resourceType !== 'Encounter') return { resourceType, id };
   const subjectPatientId = referenceId(state.resource.subject, 'Patient');
   return subjectPatientId === undefined ? { resourceType, id } : { resourceType, id, subjectPatientId };

@@ -8,10 +8,10 @@ import type { Casebook } from '../../casebook.js';
 import type { CommandContext } from '../../commands/context.js';
 import { DomainError } from '../../domain/decider.js';
 import { isAllowed, type Principal } from '../../fhir/access.js';
-import { parseScopeList } from '../../fhir/scopes.js';
 import { type ResourceRow, readResource } from '../../projections/resources.js';
 import type { SessionRow } from '../../projections/sessions.js';
 import { sessionFromCookie } from '../auth/sessions.js';
+import { sessionPrincipal } from '../fhir/principal.js';
 import { targetOf } from '../fhir/router.js';
 import { escapeHtml } from './layout.js';
 
@@ -25,23 +25,6 @@ export interface PageContext {
   /** The query to carry along internal links: readonly and viewMode as given. */
   readonly carry: URLSearchParams;
 }
-
-/** The session's principal, as the data server builds it for the cookie (spec §5.3 rule 1). */
-export const sessionPrincipal = async (casebook: Casebook, session: SessionRow): Promise<Principal> => {
-  const rows = await casebook.sql.query<{ projects: string[] }>(
-    `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
-    [session.clientId],
-  );
-  return {
-    kind: 'session',
-    tenantId: session.tenantId,
-    actor: { type: 'session', id: String(session.id) },
-    scopes: parseScopeList(session.scopes).scopes,
-    projects: rows[0]?.projects ?? [],
-    patientId: session.patientId,
-    userRef: `Practitioner/${session.userId}`,
-  };
-};
 
 const first = (value: string | string[] | undefined): string | undefined =>
   Array.isArray(value) ? value[0] : value;

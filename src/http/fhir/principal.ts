@@ -8,6 +8,7 @@ import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import type { Principal } from '../../fhir/access.js';
 import { parseScopeList, type ResourceScope } from '../../fhir/scopes.js';
+import type { SessionRow } from '../../projections/sessions.js';
 import { authenticateClient } from '../auth/client-auth.js';
 import { SESSION_COOKIE, sessionFromCookie } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
@@ -34,6 +35,23 @@ export const clientScopes = (scopes: readonly string[], projects: readonly strin
   return [...parsed, ...questionnaires];
 };
 
+/** A session's principal: its stored v2 scopes, patient compartment and user (spec §5.3 rule 1). */
+export const sessionPrincipal = async (casebook: Casebook, session: SessionRow): Promise<Principal> => {
+  const rows = await casebook.sql.query<{ projects: string[] }>(
+    `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
+    [session.clientId],
+  );
+  return {
+    kind: 'session',
+    tenantId: session.tenantId,
+    actor: { type: 'session', id: String(session.id) },
+    scopes: parseScopeList(session.scopes).scopes,
+    projects: rows[0]?.projects ?? [],
+    patientId: session.patientId,
+    userRef: `Practitioner/${session.userId}`,
+  };
+};
+
 /**
  * Resolves the caller.
  * @throws {HttpError} 401 without credentials or with an invalid cookie; wrong client credentials.
@@ -52,20 +70,7 @@ export const resolvePrincipal = async (ctx: Context, casebook: Casebook): Promis
     };
   }
   if (parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
-    const session = await sessionFromCookie(ctx, casebook);
-    const rows = await casebook.sql.query<{ projects: string[] }>(
-      `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
-      [session.clientId],
-    );
-    return {
-      kind: 'session',
-      tenantId: session.tenantId,
-      actor: { type: 'session', id: String(session.id) },
-      scopes: parseScopeList(session.scopes).scopes,
-      projects: rows[0]?.projects ?? [],
-      patientId: session.patientId,
-      userRef: `Practitioner/${session.userId}`,
-    };
+    return sessionPrincipal(casebook, await sessionFromCookie(ctx, casebook));
   }
   throw new HttpError(
     401,

@@ -143,7 +143,12 @@ const targetOfContent = (
   content,
 });
 
-const requireFhirJson = (ctx: Context) => {
+/**
+ * Refuses a request body that is not FHIR JSON (issue 3: accept application/fhir+json and
+ * application/json). Shared by the data server and the form backend.
+ * @throws {HttpError} 415.
+ */
+export const requireFhirJson = (ctx: Context): void => {
   if (!ctx.is('application/fhir+json', 'application/json'))
     throw new HttpError(
       415,

@@ -16,9 +16,8 @@ import { authorize } from '../../fhir/access.js';
 import { readResource } from '../../projections/resources.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { CanonicalResolver, Json } from '../../sdc/types.js';
-import { HttpError } from '../errors.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { idOf, targetOf } from '../fhir/router.js';
+import { idOf, requireFhirJson, targetOf } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -248,12 +247,7 @@ const valueSetOf = async (request: ExpandRequest, resolve: CanonicalResolver): P
  */
 export const register: RegisterOperation = (router, casebook) => {
   const expand = async (ctx: Context, id: string | undefined) => {
-    if (ctx.method === 'POST' && ctx.request.length && !ctx.is(FHIR_JSON, 'application/json'))
-      throw new HttpError(
-        415,
-        'UnsupportedMediaType',
-        'send Parameters as application/fhir+json (or application/json)',
-      );
+    if (ctx.method === 'POST' && ctx.request.length) requireFhirJson(ctx);
     const principal = await resolvePrincipal(ctx, casebook);
     const query = fromQuery(ctx.query);
     const request = ctx.method === 'POST' ? fromParameters(ctx.request.body, query) : query;

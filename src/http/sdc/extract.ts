@@ -1,17 +1,10 @@
-/**
- * `POST /QuestionnaireResponse/$extract` on the form backend (issue 4 "definition-based and
- * observation-based extraction to a transaction Bundle (not stored)"; spec §4.5): Parameters with
- * `return` (the transaction Bundle) and `issues` (OperationOutcome, when anything was not
- * extracted). Nothing is written: the caller POSTs the Bundle to the data server if it wants it.
- */
-import type { Context } from 'koa';
 import { ZodError, z } from 'zod';
 import { DomainError } from '../../domain/decider.js';
 import { extract } from '../../sdc/extract.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
-import { HttpError } from '../errors.js';
 import { ResourceValidationError } from '../fhir/outcome.js';
 import { resolvePrincipal } from '../fhir/principal.js';
+import { requireFhirJson } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -132,15 +125,6 @@ const requestOf = (body: unknown): { response: QuestionnaireResponse; questionna
     'Parameters.parameter.where(name=questionnaire).resource',
   );
   return { response, questionnaire };
-};
-
-const requireFhirJson = (ctx: Context) => {
-  if (!ctx.is(FHIR_JSON, 'application/json'))
-    throw new HttpError(
-      415,
-      'UnsupportedMediaType',
-      'send the QuestionnaireResponse (or Parameters) as application/fhir+json (or application/json)',
-    );
 };
 
 /**

@@ -1,15 +1,9 @@
-/**
- * `POST /QuestionnaireResponse/$generate-narrative` on the form backend (issue 4; spec §4.4):
- * the response's narrative as Parameters — `narrative` (valueString: the XHTML for `text.div`)
- * and `text` (valueString: the plain text the report export sends to hospital systems).
- */
-import type { Context } from 'koa';
 import { ZodError, z } from 'zod';
 import { DomainError } from '../../domain/decider.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
-import { HttpError } from '../errors.js';
 import { resolvePrincipal } from '../fhir/principal.js';
+import { requireFhirJson } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -95,15 +89,6 @@ const requestOf = (body: unknown): { response: QuestionnaireResponse; questionna
       parsed.error.issues.map((issue) => ({ ...issue, path: ['QuestionnaireResponse', ...issue.path] })),
     );
   return { response: candidate as QuestionnaireResponse, ...(questionnaire ? { questionnaire } : {}) };
-};
-
-const requireFhirJson = (ctx: Context) => {
-  if (!ctx.is(FHIR_JSON, 'application/json'))
-    throw new HttpError(
-      415,
-      'UnsupportedMediaType',
-      'send the QuestionnaireResponse as application/fhir+json (or application/json)',
-    );
 };
 
 /**

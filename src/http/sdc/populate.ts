@@ -14,9 +14,8 @@ import { authorize, type Principal } from '../../fhir/access.js';
 import { readResource } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
-import { HttpError } from '../errors.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { FHIR_JSON, idOf, targetOf } from '../fhir/router.js';
+import { FHIR_JSON, idOf, requireFhirJson, targetOf } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -122,12 +121,7 @@ const parameterValue = (part: ParameterPart): [string, unknown] | undefined => {
  *   another content type, 422 for an unsupported reference or malformed Questionnaire.
  */
 const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Promise<void> => {
-  if (!ctx.is('application/fhir+json', 'application/json'))
-    throw new HttpError(
-      415,
-      'UnsupportedMediaType',
-      'send the Parameters as application/fhir+json (or application/json)',
-    );
+  requireFhirJson(ctx);
   const principal = await resolvePrincipal(ctx, casebook);
   const body: unknown = ctx.request.body;
   if (!isObject(body) || body.resourceType !== 'Parameters')

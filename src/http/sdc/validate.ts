@@ -1,18 +1,8 @@
-/**
- * `POST /QuestionnaireResponse/$validate` on the form backend (issue 4; spec §4.4): validates a
- * QuestionnaireResponse against its Questionnaire and answers 200 with the OperationOutcome, also
- * when it reports errors (FHIR $validate semantics). The body is the QuestionnaireResponse, or a
- * Parameters resource with `resource` (the response) and optionally `questionnaire` (an inline
- * Questionnaire); without one, the response's `questionnaire` canonical is resolved among the
- * caller's tenant's Questionnaires it may read.
- */
-import type { Context } from 'koa';
 import { DomainError } from '../../domain/decider.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
-import { HttpError } from '../errors.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { FHIR_JSON } from '../fhir/router.js';
+import { FHIR_JSON, requireFhirJson } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -75,15 +65,6 @@ export const validateInput = (
     response: resource.resource as QuestionnaireResponse,
     questionnaire: inline?.resource as Questionnaire | undefined,
   };
-};
-
-const requireFhirJson = (ctx: Context) => {
-  if (!ctx.is('application/fhir+json', 'application/json'))
-    throw new HttpError(
-      415,
-      'UnsupportedMediaType',
-      'send the resource as application/fhir+json (or application/json)',
-    );
 };
 
 /** Registers `POST /QuestionnaireResponse/$validate` (spec §4.4). */
