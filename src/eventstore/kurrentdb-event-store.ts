@@ -252,6 +252,13 @@ export class KurrentDbEventStore implements EventStore {
     return events;
   }
 
+  /** Reads several whole streams (one read each, concurrently). */
+  async readStreams(streamNames: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
+    const names = [...new Set(streamNames)];
+    const read = await Promise.all(names.map((name) => this.readStream(name)));
+    return new Map(names.map((name, i) => [name, read[i]!]));
+  }
+
   /** Reads `$all` strictly after `from`, at most `maxCount` events (default 1000), no system events. */
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;

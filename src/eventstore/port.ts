@@ -163,6 +163,11 @@ export interface EventStore {
   appendMany(requests: readonly AppendRequest[]): Promise<AppendManyResult>;
   /** Reads a stream forwards; an absent stream reads as []. */
   readStream(streamName: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /**
+   * Reads several whole streams at once (one query on the SQL adapters): each name maps to its
+   * events in revision order, [] for an absent stream.
+   */
+  readStreams(streamNames: readonly string[]): Promise<Map<string, RecordedEvent[]>>;
   /** Reads `$all` forwards, in position order, excluding engine-internal events. */
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /**

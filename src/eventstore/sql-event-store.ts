@@ -1,6 +1,7 @@
 /**
- * The SQL event store adapter (DESIGN.md §2): one implementation for both the `postgres` (pg pool)
- * and the `pglite` (in-process WASM Postgres) engines, over the {@link Sql} abstraction.
+ * The SQL event store adapter (docs/architecture.md "Event store"): one implementation for both the
+ * `postgres` (pg pool) and the `pglite` (in-process WASM Postgres) engines, over the {@link Sql}
+ * abstraction.
  *
  * Storage: `es_streams` holds one row per stream with its last revision (-1 = no event yet) and is
  * the row lock that serialises appends to a stream; `es_events` holds every event with the xid8 of
@@ -11,6 +12,11 @@
  * transaction that took its xid early but commits late therefore holds back every later event
  * until it is done, so a subscriber that resumes from the last position it saw can never skip an
  * event (sequence numbers alone are handed out before commit and would allow that).
+ *
+ * An append is one round trip: the plpgsql function `es_append` locks the streams in name order,
+ * checks idempotency and expected states, inserts the events and reports the state of every
+ * projection. The {@link AppendHook} (casebook's inline projections) then runs in the same
+ * transaction, so the read models commit together with the events.
  */
 import { Subject, type Subscription } from 'rxjs';
 import type { Sql } from '../db/sql.js';
@@ -32,8 +38,15 @@ import {
   WrongExpectedVersion,
 } from './port.js';
 
-/** NOTIFY channel on which every append announces itself (payload empty). */
+/** NOTIFY channel on which appends announce themselves (payload empty). */
 export const EVENTS_CHANNEL = 'casebook_events';
+
+/**
+ * Advisory lock every append holds shared for its transaction. A projection turning live after a
+ * catch-up takes it exclusively: no append is in flight while it reads the last events, and none
+ * starts before it is live (docs/architecture.md "Projections").
+ */
+export const APPEND_LOCK_KEY = `hashtext('casebook-append:' || current_schema())`;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS es_streams (
@@ -53,16 +66,123 @@ CREATE TABLE IF NOT EXISTS es_events (
   UNIQUE (stream_name, revision)
 );
 CREATE INDEX IF NOT EXISTS es_events_transaction_position_idx ON es_events (transaction_id, position);
+-- The state of every projection, read by es_append under the append lock (docs/architecture.md).
+CREATE TABLE IF NOT EXISTS projection_state (
+  name text PRIMARY KEY,
+  status text NOT NULL,
+  checkpoint text,
+  detail jsonb,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE OR REPLACE FUNCTION es_append(requests json) RETURNS json LANGUAGE plpgsql AS $fn$
+DECLARE
+  req json;
+  stream text;
+  expected text;
+  current_rev bigint;
+  revisions jsonb := '{}';
+  event_count int;
+  found int;
+  offsets int;
+  same_stream boolean;
+  last_rev bigint;
+  first_found text;
+  written json;
+  stream_results json[] := '{}';
+  event_results json[] := '{}';
+  last_commit text;
+  last_position text;
+BEGIN
+  PERFORM pg_advisory_xact_lock_shared(${APPEND_LOCK_KEY});
+  INSERT INTO es_streams (stream_name, revision)
+    SELECT DISTINCT r->>'stream', -1 FROM json_array_elements(requests) r ORDER BY 1
+    ON CONFLICT DO NOTHING;
+  -- A fixed lock order (by name) keeps concurrent multi-stream appends deadlock-free.
+  FOR stream, current_rev IN
+    SELECT s.stream_name, s.revision FROM es_streams s
+     WHERE s.stream_name IN (SELECT r->>'stream' FROM json_array_elements(requests) r)
+     ORDER BY s.stream_name FOR UPDATE
+  LOOP
+    revisions := revisions || jsonb_build_object(stream, current_rev);
+  END LOOP;
+
+  FOR req IN SELECT * FROM json_array_elements(requests) LOOP
+    stream := req->>'stream';
+    expected := req->>'expected';
+    current_rev := (revisions->>stream)::bigint;
+    event_count := json_array_length(req->'events');
+
+    IF event_count > 0 THEN
+      -- Idempotency by event id: all ids stored consecutively on this stream is a replay.
+      SELECT count(*), count(DISTINCT e.revision - x.ordinality), coalesce(bool_and(e.stream_name = stream), true),
+             max(e.revision), (array_agg(e.event_id::text ORDER BY x.ordinality))[1]
+        INTO found, offsets, same_stream, last_rev, first_found
+        FROM json_array_elements(req->'events') WITH ORDINALITY x
+        JOIN es_events e ON e.event_id = (x.value->>'id')::uuid;
+      IF found > 0 THEN
+        IF found = event_count AND offsets = 1 AND same_stream THEN
+          SELECT e.transaction_id::text, e.position::text INTO last_commit, last_position
+            FROM es_events e WHERE e.stream_name = stream AND e.revision = last_rev;
+          stream_results := stream_results || json_build_object('stream', stream, 'revision', last_rev::text,
+            'written', false, 'commit', last_commit, 'position', last_position);
+          CONTINUE;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'CBE01', MESSAGE = 'event id conflict', DETAIL = first_found;
+      END IF;
+    END IF;
+
+    IF NOT (expected = 'any'
+            OR (expected = 'no_stream' AND current_rev < 0)
+            OR (expected = 'exists' AND current_rev >= 0)
+            OR (expected ~ '^[0-9]+$' AND expected::bigint = current_rev)) THEN
+      RAISE EXCEPTION USING ERRCODE = 'CBW01', MESSAGE = 'wrong expected version',
+        DETAIL = json_build_object('stream', stream, 'expected', expected, 'actual', current_rev::text)::text;
+    END IF;
+
+    IF event_count = 0 THEN
+      last_commit := '0';
+      last_position := '0';
+      SELECT e.transaction_id::text, e.position::text INTO last_commit, last_position
+        FROM es_events e WHERE e.stream_name = stream ORDER BY e.revision DESC LIMIT 1;
+      stream_results := stream_results || json_build_object('stream', stream, 'revision', current_rev::text,
+        'written', false, 'commit', coalesce(last_commit, '0'), 'position', coalesce(last_position, '0'));
+      CONTINUE;
+    END IF;
+
+    WITH inserted AS (
+      INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
+      SELECT (x.value->>'id')::uuid, stream, current_rev + x.ordinality, x.value->>'type', x.value->'data',
+             (x.value->'metadata')::jsonb
+        FROM json_array_elements(req->'events') WITH ORDINALITY x
+      RETURNING revision, transaction_id, position)
+    SELECT json_agg(json_build_object('stream', stream, 'revision', i.revision::text,
+             'commit', i.transaction_id::text, 'position', i.position::text) ORDER BY i.revision)
+      INTO written FROM inserted i;
+    event_results := event_results || ARRAY(SELECT json_array_elements(written));
+    current_rev := current_rev + event_count;
+    UPDATE es_streams SET revision = current_rev WHERE stream_name = stream;
+    revisions := revisions || jsonb_build_object(stream, current_rev);
+    stream_results := stream_results || json_build_object('stream', stream, 'revision', current_rev::text,
+      'written', true, 'commit', written->(event_count - 1)->>'commit',
+      'position', written->(event_count - 1)->>'position');
+  END LOOP;
+
+  RETURN json_build_object(
+    'streams', array_to_json(stream_results),
+    'events', array_to_json(event_results),
+    'projections', (SELECT coalesce(json_object_agg(p.name, p.status), '{}') FROM projection_state p));
+END
+$fn$;
 `;
 
 /** Position reported for an append that wrote nothing to a stream that has no events. */
 const START: Position = { commit: 0n, prepare: 0n };
 const DEFAULT_MAX_COUNT = 1000;
 const SUBSCRIPTION_PAGE = 500;
-/** Rows per INSERT statement: 6 parameters each stays far below Postgres' 65535 limit. */
-const INSERT_CHUNK = 1000;
 /** Attempts of an append that collided with a concurrent append of the same event id. */
 const UNIQUE_VIOLATION_ATTEMPTS = 3;
+/** Coalescing delay of the NOTIFY that wakes other processes' subscriptions, milliseconds. */
+const NOTIFY_DELAY_MS = 5;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 // int8 and xid8 columns are selected as text: pg returns int8 as string, PGlite as number (lossy).
@@ -82,13 +202,23 @@ type EventRow = {
   metadata: EventMetadata;
 };
 
-type StoredIdRow = { id: string; stream_name: string; revision: string; commit: string; position: string };
-
-interface StreamAppendOutcome {
+interface StreamOutcome {
   readonly streamName: string;
   readonly nextRevision: bigint;
   readonly position: Position;
   readonly written: boolean;
+}
+
+interface AppendOutcome {
+  readonly streams: StreamOutcome[];
+  readonly recorded: RecordedEvent[];
+}
+
+/** What es_append returns. */
+interface AppendReply {
+  readonly streams: { stream: string; revision: string; written: boolean; commit: string; position: string }[];
+  readonly events: { stream: string; revision: string; commit: string; position: string }[];
+  readonly projections: Record<string, string>;
 }
 
 const toRecordedEvent = (row: EventRow): RecordedEvent => ({
@@ -101,9 +231,15 @@ const toRecordedEvent = (row: EventRow): RecordedEvent => ({
   position: { commit: BigInt(row.commit_text), prepare: BigInt(row.position_text) },
 });
 
+const pgError = (error: unknown) =>
+  (typeof error === 'object' && error !== null ? error : {}) as {
+    code?: unknown;
+    constraint?: unknown;
+    detail?: unknown;
+  };
+
 const isEventIdUniqueViolation = (error: unknown): boolean => {
-  if (typeof error !== 'object' || error === null) return false;
-  const { code, constraint, detail } = error as { code?: unknown; constraint?: unknown; detail?: unknown };
+  const { code, constraint, detail } = pgError(error);
   if (code !== '23505') return false;
   return (
     (typeof constraint === 'string' && constraint.includes('event_id')) ||
@@ -112,20 +248,27 @@ const isEventIdUniqueViolation = (error: unknown): boolean => {
 };
 
 const conflictingIdFromError = (error: unknown): string | undefined => {
-  const detail = (error as { detail?: unknown }).detail;
+  const detail = pgError(error).detail;
   if (typeof detail !== 'string') return undefined;
   return /\(event_id\)=\(([^)]+)\)/.exec(detail)?.[1];
 };
 
-/** Checks `expected` against the stream's current revision (-1n = no stream). */
-const checkExpectedState = (streamName: string, expected: ExpectedState, current: bigint): void => {
-  const exists = current >= 0n;
-  const ok =
-    expected === 'any' ||
-    (expected === 'no_stream' && !exists) ||
-    (expected === 'exists' && exists) ||
-    (typeof expected === 'bigint' && expected === current);
-  if (!ok) throw new WrongExpectedVersion(streamName, expected, exists ? current : 'no_stream');
+const expectedText = (expected: ExpectedState): string =>
+  typeof expected === 'bigint' ? expected.toString() : expected;
+
+const parseExpected = (text: string): ExpectedState =>
+  text === 'no_stream' || text === 'exists' || text === 'any' ? text : BigInt(text);
+
+/** Maps es_append's own errors to the port's; other errors pass unchanged. */
+const mapAppendError = (error: unknown): unknown => {
+  const { code, detail } = pgError(error);
+  if (code === 'CBW01' && typeof detail === 'string') {
+    const d = JSON.parse(detail) as { stream: string; expected: string; actual: string };
+    const actual = BigInt(d.actual);
+    return new WrongExpectedVersion(d.stream, parseExpected(d.expected), actual < 0n ? 'no_stream' : actual);
+  }
+  if (code === 'CBE01') return new EventIdConflict(typeof detail === 'string' ? detail : 'unknown');
+  return error;
 };
 
 /**
@@ -151,8 +294,44 @@ const validateRequests = (requests: readonly AppendRequest[]): void => {
 };
 
 /**
- * Event store on Postgres or PGlite (DESIGN.md §2). Open with {@link SqlEventStore.open}; the
- * caller owns the {@link Sql} and closes it after {@link SqlEventStore.close}.
+ * Thrown by an {@link AppendHook} that cannot apply the events and asks the store to run the append
+ * again with `key` in `failures` (the hook then records the failure instead, e.g. stops one
+ * projection). The store retries once per key; a key failing twice is rethrown.
+ */
+export class AppendHookFailure extends Error {
+  override readonly name = 'AppendHookFailure';
+  constructor(
+    readonly key: string,
+    readonly detail: unknown,
+    override readonly cause?: unknown,
+  ) {
+    super(`append hook failed on ${key}`);
+  }
+}
+
+/**
+ * Code that runs inside every append's transaction on the SQL stores, after the events are written
+ * (casebook's inline projections, docs/architecture.md "Projections").
+ */
+export interface AppendHook {
+  /**
+   * @param events the events this append wrote, in `$all` order (none for a replayed append).
+   * @param projections the status of every projection in `projection_state`, read under the append lock.
+   * @param failures keys of earlier attempts' {@link AppendHookFailure}s, with their detail.
+   * @throws anything to roll the append back; {@link AppendHookFailure} to ask for a retry.
+   */
+  apply(
+    tx: Sql,
+    events: readonly RecordedEvent[],
+    projections: ReadonlyMap<string, string>,
+    failures: ReadonlyMap<string, unknown>,
+  ): Promise<void>;
+}
+
+/**
+ * Event store on Postgres or PGlite (docs/architecture.md "Event store"). Open with
+ * {@link SqlEventStore.open}; the caller owns the {@link Sql} and closes it after
+ * {@link SqlEventStore.close}.
  */
 export class SqlEventStore implements EventStore {
   readonly kind: 'postgres' | 'pglite';
@@ -163,7 +342,9 @@ export class SqlEventStore implements EventStore {
   /** Incremented on every wake, so a subscription sees wakes that happened while it was reading. */
   private wakeups = 0;
   private listening: Promise<(() => Promise<void>) | undefined> | undefined;
+  private notifyTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  private hook: AppendHook | undefined;
 
   private constructor(private readonly sql: Sql) {
     this.kind = sql.kind;
@@ -174,23 +355,32 @@ export class SqlEventStore implements EventStore {
   }
 
   /**
-   * Opens the store on `sql`, creating the `es_` tables and index when missing (idempotent, safe
-   * when several processes start at once). `sql` may also be a transaction handle: appends then
-   * join that transaction and commit with it (tests use this to hold a transaction open).
+   * Opens the store on `sql`, creating its tables, index and `es_append` when missing
+   * (idempotent, safe when several processes start at once). `sql` may also be a transaction
+   * handle: appends then join that transaction and commit with it.
    */
   static async open(sql: Sql): Promise<SqlEventStore> {
     const [present] = await sql.query<{ ready: boolean }>(
       `SELECT to_regclass('es_streams') IS NOT NULL AND to_regclass('es_events') IS NOT NULL
-          AND to_regclass('es_events_transaction_position_idx') IS NOT NULL AS ready`,
+          AND to_regclass('es_events_transaction_position_idx') IS NOT NULL
+          AND to_regclass('projection_state') IS NOT NULL
+          AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append'
+                        AND p.pronamespace = current_schema()::regnamespace
+                        AND p.prosrc LIKE '%casebook-append%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
-        // Concurrent CREATE TABLE IF NOT EXISTS can still collide on the catalog; serialise them.
+        // Concurrent CREATE … IF NOT EXISTS can still collide on the catalog; serialise them.
         await tx.query(`SELECT pg_advisory_xact_lock(hashtext('casebook.eventstore.schema'))`);
         await tx.exec(SCHEMA);
       });
     }
     return new SqlEventStore(sql);
+  }
+
+  /** Installs the code every append runs in its transaction (the inline projections). */
+  setAppendHook(hook: AppendHook | undefined): void {
+    this.hook = hook;
   }
 
   /**
@@ -208,25 +398,24 @@ export class SqlEventStore implements EventStore {
     events: readonly NewEvent[],
     expectedState: ExpectedState,
   ): Promise<AppendResult> {
-    const [outcome] = await this.appendRequests([{ streamName, events, expectedState }]);
-    return { nextRevision: outcome!.nextRevision, position: outcome!.position };
+    const { streams } = await this.appendRequests([{ streamName, events, expectedState }]);
+    return { nextRevision: streams[0]!.nextRevision, position: streams[0]!.position };
   }
 
   /**
-   * Appends to several streams in one transaction: all or nothing. Streams are locked in name
-   * order so concurrent multi-stream appends cannot deadlock. `position` is the greatest position
-   * among the streams' results. Same errors as {@link append}; also a TypeError when a stream
-   * appears twice.
+   * Appends to several streams in one transaction: all or nothing. `position` is the greatest
+   * position among the streams' results. Same errors as {@link append}; also a TypeError when a
+   * stream appears twice.
    */
   async appendMany(requests: readonly AppendRequest[]): Promise<AppendManyResult> {
-    const outcomes = await this.appendRequests(requests);
+    const { streams } = await this.appendRequests(requests);
     let position = START;
-    for (const outcome of outcomes) {
+    for (const outcome of streams) {
       if (comparePositions(outcome.position, position) > 0) position = outcome.position;
     }
     return {
       position,
-      streams: outcomes.map(({ streamName, nextRevision }) => ({ streamName, nextRevision })),
+      streams: streams.map(({ streamName, nextRevision }) => ({ streamName, nextRevision })),
     };
   }
 
@@ -241,23 +430,44 @@ export class SqlEventStore implements EventStore {
     return rows.map(toRecordedEvent);
   }
 
+  /** Reads several whole streams in one query. */
+  async readStreams(streamNames: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
+    const result = new Map<string, RecordedEvent[]>(streamNames.map((name) => [name, []]));
+    if (streamNames.length === 0) return result;
+    const rows = await this.sql.query<EventRow>(
+      `SELECT ${EVENT_COLUMNS} FROM es_events WHERE stream_name = ANY($1::text[]) ORDER BY stream_name, revision`,
+      [[...new Set(streamNames)]],
+    );
+    for (const row of rows) result.get(row.stream_name)?.push(toRecordedEvent(row));
+    return result;
+  }
+
   /**
    * Reads `$all` strictly after `from` in (transaction id, position) order, at most `maxCount`
    * events (default 1000), only from transactions below the snapshot's xmin: an event that is
    * still being committed can never appear later before one already returned.
    */
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
+    return SqlEventStore.readAllOn(this.sql, options, true);
+  }
+
+  /**
+   * `$all` on `sql` (a transaction, for instance). `committedOnly` false drops the snapshot-xmin
+   * filter: only for a caller that knows no append is in flight (it holds {@link APPEND_LOCK_KEY}
+   * exclusively).
+   */
+  static async readAllOn(sql: Sql, options: ReadAllOptions, committedOnly: boolean): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;
-    const visible = 'transaction_id < pg_snapshot_xmin(pg_current_snapshot())';
+    const visible = committedOnly ? 'AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())' : '';
     const rows = options.from
-      ? await this.sql.query<EventRow>(
+      ? await sql.query<EventRow>(
           `SELECT ${EVENT_COLUMNS} FROM es_events
-            WHERE (transaction_id, position) > ($1::xid8, $2::bigint) AND ${visible}
+            WHERE (transaction_id, position) > ($1::xid8, $2::bigint) ${visible}
             ORDER BY transaction_id, position LIMIT $3::bigint`,
           [String(options.from.commit), String(options.from.prepare), maxCount],
         )
-      : await this.sql.query<EventRow>(
-          `SELECT ${EVENT_COLUMNS} FROM es_events WHERE ${visible}
+      : await sql.query<EventRow>(
+          `SELECT ${EVENT_COLUMNS} FROM es_events WHERE true ${visible}
             ORDER BY transaction_id, position LIMIT $1::bigint`,
           [maxCount],
         );
@@ -304,6 +514,7 @@ export class SqlEventStore implements EventStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.notifyTimer);
     this.wake$.complete();
     const stop = await this.listening;
     this.listening = undefined;
@@ -342,159 +553,95 @@ export class SqlEventStore implements EventStore {
     });
   }
 
-  private async appendRequests(requests: readonly AppendRequest[]): Promise<StreamAppendOutcome[]> {
-    validateRequests(requests);
-    const outcomes = await this.retryOnConcurrentDuplicate(requests, () =>
-      this.sql.transaction(async (tx) => {
-        const current = new Map<string, bigint>();
-        // A fixed lock order (by name) keeps concurrent multi-stream appends deadlock-free.
-        const names = requests.map((r) => r.streamName).sort();
-        for (const name of names) current.set(name, await this.lockStream(tx, name));
-        const results: StreamAppendOutcome[] = [];
-        for (const request of requests) {
-          results.push(await this.appendToLockedStream(tx, request, current.get(request.streamName)!));
-        }
-        return results;
-      }),
-    );
-    if (outcomes.some((o) => o.written)) {
-      this.wake();
-      // Notified after commit, not inside the append transaction: Postgres commits notifying
-      // transactions one at a time cluster-wide, which capped concurrent appends (bench/README.md).
-      // A lost notification only delays other processes' subscribers until their next poll.
-      await this.sql.query(`SELECT pg_notify($1, '')`, [EVENTS_CHANNEL]).catch(() => undefined);
-    }
-    return outcomes;
+  /**
+   * Tells other processes' subscriptions that events were appended: one NOTIFY per
+   * {@link NOTIFY_DELAY_MS} at most, after the commit. Postgres commits notifying transactions one
+   * at a time cluster-wide (bench/README.md), and a lost notification only delays a subscriber
+   * until its next poll.
+   */
+  private notifyOthers(): void {
+    if (this.notifyTimer || this.closed || this.sql.kind !== 'postgres') return;
+    this.notifyTimer = setTimeout(() => {
+      this.notifyTimer = undefined;
+      if (this.closed) return;
+      this.sql.query(`SELECT pg_notify($1, '')`, [EVENTS_CHANNEL]).catch(() => undefined);
+    }, NOTIFY_DELAY_MS);
+    this.notifyTimer.unref?.();
   }
 
-  /**
-   * A concurrent transaction appending the same new event id makes our INSERT fail with a unique
-   * violation once it commits. Running the append again lets the id check see the committed event
-   * and answer as a replay or an {@link EventIdConflict}.
-   */
-  private async retryOnConcurrentDuplicate<T>(
-    requests: readonly AppendRequest[],
-    run: () => Promise<T>,
-  ): Promise<T> {
+  private async appendRequests(requests: readonly AppendRequest[]): Promise<AppendOutcome> {
+    validateRequests(requests);
+    const payload = JSON.stringify(
+      requests.map((r) => ({
+        stream: r.streamName,
+        expected: expectedText(r.expectedState),
+        events: r.events.map((e) => ({ id: e.id, type: e.type, data: e.data ?? null, metadata: e.metadata })),
+      })),
+    );
+    const failures = new Map<string, unknown>();
     for (let attempt = 1; ; attempt++) {
       try {
-        return await run();
+        const outcome = await this.sql.transaction(async (tx) => {
+          const [row] = await tx.query<{ reply: AppendReply | string }>(
+            'SELECT es_append($1::json) AS reply',
+            [payload],
+          );
+          const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
+          const outcome = toOutcome(requests, reply);
+          if (this.hook)
+            await this.hook.apply(tx, outcome.recorded, new Map(Object.entries(reply.projections)), failures);
+          return outcome;
+        });
+        if (outcome.recorded.length > 0) {
+          this.wake();
+          this.notifyOthers();
+        }
+        return outcome;
       } catch (error) {
-        if (!isEventIdUniqueViolation(error)) throw error;
-        if (attempt >= UNIQUE_VIOLATION_ATTEMPTS) {
+        if (error instanceof AppendHookFailure && !failures.has(error.key)) {
+          failures.set(error.key, error.detail);
+          continue;
+        }
+        // A concurrent transaction appending the same new event id makes our INSERT fail with a
+        // unique violation once it commits; running the append again lets the id check answer.
+        if (isEventIdUniqueViolation(error)) {
+          if (attempt < UNIQUE_VIOLATION_ATTEMPTS) continue;
           const firstId = requests.find((r) => r.events.length > 0)?.events[0]?.id ?? 'unknown';
           throw new EventIdConflict(conflictingIdFromError(error) ?? firstId);
         }
+        throw mapAppendError(error);
       }
     }
-  }
-
-  /** Locks the stream row (creating it with revision -1 if absent) and returns its revision. */
-  private async lockStream(tx: Sql, streamName: string): Promise<bigint> {
-    await tx.query('INSERT INTO es_streams (stream_name, revision) VALUES ($1, -1) ON CONFLICT DO NOTHING', [
-      streamName,
-    ]);
-    const [row] = await tx.query<{ revision: string }>(
-      'SELECT revision::text AS revision FROM es_streams WHERE stream_name = $1 FOR UPDATE',
-      [streamName],
-    );
-    return BigInt(row!.revision);
-  }
-
-  private async appendToLockedStream(
-    tx: Sql,
-    request: AppendRequest,
-    current: bigint,
-  ): Promise<StreamAppendOutcome> {
-    const { streamName, events, expectedState } = request;
-    if (events.length === 0) {
-      checkExpectedState(streamName, expectedState, current);
-      const [last] = await tx.query<{ commit_text: string; position_text: string }>(
-        `SELECT transaction_id::text AS commit_text, position::text AS position_text FROM es_events
-          WHERE stream_name = $1 ORDER BY revision DESC LIMIT 1`,
-        [streamName],
-      );
-      const position = last
-        ? { commit: BigInt(last.commit_text), prepare: BigInt(last.position_text) }
-        : START;
-      return { streamName, nextRevision: current, position, written: false };
-    }
-
-    const replay = await this.replayedOutcome(tx, request);
-    if (replay) return replay;
-
-    checkExpectedState(streamName, expectedState, current);
-    let commit = 0n;
-    let last = 0n;
-    for (let start = 0; start < events.length; start += INSERT_CHUNK) {
-      const chunk = events.slice(start, start + INSERT_CHUNK);
-      const params: unknown[] = [streamName];
-      const values = chunk.map((event, i) => {
-        params.push(
-          event.id,
-          String(current + 1n + BigInt(start + i)),
-          event.type,
-          JSON.stringify(event.data ?? null),
-          JSON.stringify(event.metadata),
-        );
-        const n = params.length;
-        return `($${n - 4}::uuid, $1, $${n - 3}::bigint, $${n - 2}, $${n - 1}::json, $${n}::jsonb)`;
-      });
-      const rows = await tx.query<{ commit: string; position: string }>(
-        `INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
-         VALUES ${values.join(', ')}
-         RETURNING transaction_id::text AS commit, position::text AS position`,
-        params,
-      );
-      for (const row of rows) {
-        commit = BigInt(row.commit);
-        const position = BigInt(row.position);
-        if (position > last) last = position;
-      }
-    }
-    const nextRevision = current + BigInt(events.length);
-    await tx.query('UPDATE es_streams SET revision = $2::bigint WHERE stream_name = $1', [
-      streamName,
-      String(nextRevision),
-    ]);
-    return { streamName, nextRevision, position: { commit, prepare: last }, written: true };
-  }
-
-  /**
-   * Idempotency by event id: undefined when none of the ids is stored; the stored result when all
-   * of them are stored consecutively, in order, on this stream.
-   * @throws {EventIdConflict} only some ids are stored, or they are stored elsewhere.
-   */
-  private async replayedOutcome(tx: Sql, request: AppendRequest): Promise<StreamAppendOutcome | undefined> {
-    const { streamName, events } = request;
-    const ids = events.map((e) => e.id.toLowerCase());
-    const rows = await tx.query<StoredIdRow>(
-      `SELECT event_id::text AS id, stream_name, revision::text AS revision,
-              transaction_id::text AS commit, position::text AS position
-         FROM es_events
-        WHERE event_id IN (SELECT jsonb_array_elements_text($1::jsonb)::uuid)`,
-      [JSON.stringify(ids)],
-    );
-    if (rows.length === 0) return undefined;
-    const byId = new Map(rows.map((row) => [row.id, row]));
-    const first = byId.get(ids[0]!);
-    const isReplay =
-      first !== undefined &&
-      rows.length === ids.length &&
-      ids.every((id, i) => {
-        const row = byId.get(id);
-        return row?.stream_name === streamName && BigInt(row.revision) === BigInt(first.revision) + BigInt(i);
-      });
-    if (!isReplay) {
-      const stored = events.find((e) => byId.has(e.id.toLowerCase()))!;
-      throw new EventIdConflict(stored.id);
-    }
-    const lastRow = byId.get(ids[ids.length - 1]!)!;
-    return {
-      streamName,
-      nextRevision: BigInt(lastRow.revision),
-      position: { commit: BigInt(lastRow.commit), prepare: BigInt(lastRow.position) },
-      written: false,
-    };
   }
 }
+
+/** Builds the port's results and the recorded events from es_append's reply. */
+const toOutcome = (requests: readonly AppendRequest[], reply: AppendReply): AppendOutcome => {
+  const byStream = new Map(requests.map((r) => [r.streamName, r]));
+  const streams = reply.streams.map(
+    (s): StreamOutcome => ({
+      streamName: s.stream,
+      nextRevision: BigInt(s.revision),
+      position: { commit: BigInt(s.commit ?? '0'), prepare: BigInt(s.position ?? '0') },
+      written: s.written,
+    }),
+  );
+  // es_append returns the written events per stream in request order, revisions ascending.
+  const cursor = new Map<string, number>();
+  const recorded = reply.events.map((e): RecordedEvent => {
+    const request = byStream.get(e.stream)!;
+    const index = cursor.get(e.stream) ?? 0;
+    cursor.set(e.stream, index + 1);
+    const event = request.events[index]!;
+    return {
+      id: event.id,
+      type: event.type,
+      data: event.data,
+      metadata: event.metadata,
+      streamName: e.stream,
+      revision: BigInt(e.revision),
+      position: { commit: BigInt(e.commit), prepare: BigInt(e.position) },
+    };
+  });
+  return { streams, recorded };
+};
