@@ -1,20 +1,21 @@
 /**
  * The composition root: opens the read-model database, the event store and the projection runner
- * from the configuration (DESIGN.md §2), and hands out command contexts.
+ * from the configuration (docs/architecture.md), and hands out command contexts.
  */
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { v4 as uuidv4 } from 'uuid';
-import { type CommandContext, migrateSequences } from './commands/context.js';
+import type { CommandContext } from './commands/context.js';
 import type { Config } from './config.js';
+import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { allProjections } from './projections/index.js';
-import { ProjectionRunner } from './projections/runner.js';
+import { ProjectionRunner, ReadModelUnavailable } from './projections/runner.js';
 
 export interface Casebook {
   readonly config: Config;
@@ -41,7 +42,10 @@ export interface OpenOptions {
   readonly sql?: Sql;
   readonly clock?: () => Date;
   readonly logger?: Logger;
-  /** Start the projection runner in this process (default true). */
+  /**
+   * Bring building read models up to date before returning, and keep building them in the
+   * background (default true). Live read models are applied by every append either way.
+   */
   readonly project?: boolean;
   /** Run the report exporter in this process when EXPORT_SINK is set (default true). */
   readonly export?: boolean;
@@ -119,10 +123,13 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}),
   });
   await migrateSequences(sql);
-  const runner = new ProjectionRunner(store, sql, allProjections, logger);
-  await runner.migrate();
-  if (options.project !== false) runner.start();
   const clock = options.clock ?? (() => new Date());
+  const runner = new ProjectionRunner(store, sql, allProjections, logger, { clock });
+  await runner.migrate();
+  if (options.project !== false) {
+    await runner.catchUp();
+    runner.start();
+  }
   let exporter: Exporter | undefined;
   const casebook: Casebook = {
     config,
@@ -143,7 +150,17 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       causationId: cause.requestId ?? null,
       requestId: cause.requestId ?? null,
       now: clock(),
-      waitForProjections: (position) => runner.waitFor(position),
+      afterAppend: async (position, events) => {
+        if (runner.mode === 'async' && !(await runner.waitFor(position)))
+          logger.warn({ position: String(position.commit) }, 'read models did not reach a write within 5 s');
+        const stopped = runner.stoppedByEvents(events.map((e) => e.id));
+        if (stopped)
+          throw new ReadModelUnavailable(
+            stopped,
+            true,
+            `the change was recorded, but the read model ${stopped} stopped on it (see /readyz); it shows once the read model is rebuilt`,
+          );
+      },
     }),
     close: async () => {
       await exporter?.stop();

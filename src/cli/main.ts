@@ -226,10 +226,14 @@ program
           bar.update(n);
         });
         bar.stop();
+        const states = await casebook.runner.states();
+        const stopped = states.filter((s) => s.status === 'stopped');
         print({
           replayed: applied,
-          position: casebook.runner.progress.value ? positionToString(casebook.runner.progress.value) : null,
+          projections: Object.fromEntries(states.map((s) => [s.name, s.status])),
+          ...(stopped.length ? { stopped: Object.fromEntries(stopped.map((s) => [s.name, s.failure])) } : {}),
         });
+        if (stopped.length) process.exitCode = 1;
       },
       { project: false },
     ),

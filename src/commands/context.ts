@@ -1,6 +1,6 @@
 /**
  * What every command runs with: the event store, the metadata of its cause (tenant, actor,
- * correlation), the time it was decided at, and the read-your-writes wait (DESIGN.md §2).
+ * correlation), the time it was decided at, and what follows an append (docs/architecture.md).
  */
 import { v4 as uuidv4 } from 'uuid';
 import type { Sql } from '../db/sql.js';
@@ -19,10 +19,11 @@ export interface CommandContext {
   /** The command's time: deciders get it as an ISO-8601 string. */
   readonly now: Date;
   /**
-   * Waits until the projections have applied `position` (bounded; DESIGN.md §2 read-your-writes).
-   * Resolves false when the bound passed first; the events are stored either way.
+   * Runs after every successful append of the command handler: waits until the read models have
+   * applied `position` (read-your-writes; immediate when projections run inline), and throws
+   * ReadModelUnavailable when these events stopped a read model (stored, but not readable).
    */
-  readonly waitForProjections: (position: Position) => Promise<boolean>;
+  readonly afterAppend: (position: Position, events: readonly NewEvent[]) => Promise<void>;
 }
 
 /** Wraps domain events for appending: a fresh UUID each and the context's metadata. */
@@ -42,29 +43,4 @@ export const toNewEvents = (
   return events.map((event) => ({ id: uuidv4(), type: event.type, data: event.data, metadata }));
 };
 
-/** Id sequences (DESIGN.md §2 "Ids"): integer ids of sessions, tenants and FHIR resources. */
-export const ID_SEQUENCES = [
-  'tenant',
-  'session',
-  'Patient',
-  'Encounter',
-  'Practitioner',
-  'Task',
-  'Questionnaire',
-  'QuestionnaireResponse',
-  'ValueSet',
-] as const;
-export type IdKind = (typeof ID_SEQUENCES)[number];
-
-export const sequenceName = (kind: IdKind): string => `casebook_${kind.toLowerCase()}_id_seq`;
-
-/** Creates the id sequences if missing. Sequences are not read models: replay never drops them. */
-export const migrateSequences = async (sql: Sql): Promise<void> => {
-  for (const kind of ID_SEQUENCES) await sql.exec(`CREATE SEQUENCE IF NOT EXISTS ${sequenceName(kind)}`);
-};
-
-/** Allocates the next integer id of `kind` from its Postgres sequence. */
-export const allocateId = async (sql: Sql, kind: IdKind): Promise<number> => {
-  const rows = await sql.query<{ id: string }>(`SELECT nextval('${sequenceName(kind)}')::text AS id`);
-  return Number(rows[0]!.id);
-};
+export { allocateId, ID_SEQUENCES, type IdKind, migrateSequences, sequenceName } from '../db/sequences.js';

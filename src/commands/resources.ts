@@ -1,10 +1,15 @@
 /**
- * FHIR resource commands (issue 3; spec §4.3): create, update (partial for the clinical context
- * resources, spec §4.3 rule 3), conditional update by identifier (rule 2), delete (rule 4).
- * Identifier uniqueness (rule 1) is enforced with reservation streams appended atomically with the
- * resource's own stream, so two racing creates can never both succeed.
+ * FHIR resource writes as decisions inside a {@link UnitOfWork} (docs/interface.md §4.3; issue 3):
+ * create, update (partial for the clinical context resources, §4.3 rule 3), conditional update by
+ * identifier (rule 2) and delete (rule 4). They check no scopes (the FHIR application layer in
+ * `commands/fhir.ts` does), and append nothing themselves: the caller's {@link execute} appends
+ * every decision of the command at once, so a transaction Bundle, a report submission or a launch
+ * is one atomic append however many resources it touches.
+ *
+ * Identifier uniqueness (rule 1) is enforced with reservation streams in the same append, so two
+ * racing creates can never both succeed; the loser's retry finds the winner.
  */
-import type { Event } from '../domain/decider.js';
+import { allocateId } from '../db/sequences.js';
 import { DomainError } from '../domain/decider.js';
 import {
   type Content,
@@ -14,14 +19,11 @@ import {
   resourceStream,
 } from '../domain/fhir/resource.js';
 import { identifierKey, reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
-import { type ExpectedState, WrongExpectedVersion } from '../eventstore/port.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
+import type { Token } from '../fhir/resources.js';
 import { searchResources } from '../projections/resources.js';
-import { allocateId, type CommandContext, type IdKind } from './context.js';
-import { appendAtomically, load, MAX_ATTEMPTS } from './handle.js';
-
-type Part = { streamName: string; expectedState: ExpectedState; events: Event[] };
+import { type UnitOfWork, versionMismatch } from './handler.js';
 
 /** The outcome of a write: the resource's id, its version after the write, and whether it is new. */
 export interface WriteResult {
@@ -33,33 +35,48 @@ export interface WriteResult {
   readonly content: Content;
 }
 
+type Identifier = { readonly system: string; readonly value: string };
+
+const NONE: ResourceState = { status: 'none' };
+
 const notFound = (type: ResourceType, id: number) =>
   new DomainError('not_found', 'ResourceNotFound', `${type}/${id} is not known`, undefined, {
     issueCode: 'not-found',
   });
 
-/** Loads a resource of the tenant; other tenants' resources read as missing (404, never 403). */
+/** A resource of the tenant as the unit of work sees it; other tenants' resources read as missing (404, never 403). */
 export const loadResource = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   type: ResourceType,
   id: number,
   tenantId: number,
-): Promise<{ state: ResourceState; expected: ExpectedState }> => {
-  const loaded = await load(ctx, resourceStream(type, id), resourceDecider(type));
-  if (loaded.state.status === 'none' || loaded.state.tenantId !== tenantId)
-    return { state: { status: 'none' }, expected: 'no_stream' };
-  return loaded;
+): Promise<ResourceState> => {
+  const state = await uow.load(resourceStream(type, id), resourceDecider(type));
+  return state.status === 'none' || state.tenantId !== tenantId ? NONE : state;
 };
 
-/** Checks each reference points at a live resource of the tenant. @throws {DomainError} 422. */
+/** The version (`meta.versionId`) of a loaded resource, with this unit of work's decisions. */
+export const versionOf = (uow: UnitOfWork, type: ResourceType, id: number): number =>
+  uow.version(resourceStream(type, id));
+
+/**
+ * Checks each reference points at a live resource of the tenant, and makes the append check that
+ * none of them changed meanwhile (a concurrent delete then makes this command run again).
+ * @throws {DomainError} 422.
+ */
 const checkReferences = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   def: ResourceDefinition,
   tenantId: number,
   content: Content,
 ) => {
-  for (const ref of def.references(content)) {
-    const { state } = await loadResource(ctx, ref.resourceType, ref.id, tenantId);
+  const references = def.references(content);
+  if (references.length === 0) return;
+  await uow.loadAll(
+    references.map((r) => [resourceStream(r.resourceType, r.id), resourceDecider(r.resourceType)] as const),
+  );
+  for (const ref of references) {
+    const state = await loadResource(uow, ref.resourceType, ref.id, tenantId);
     if (state.status !== 'active')
       throw new DomainError(
         'unprocessable',
@@ -68,154 +85,163 @@ const checkReferences = async (
         `${def.type}.${ref.expression}`,
         { issueCode: 'not-found' },
       );
+    uow.require(resourceStream(ref.resourceType, ref.id));
   }
 };
 
-/** The resource holding identifier `system|value` in the tenant, via its reservation stream. */
+const reservationOf = (type: ResourceType, tenantId: number, { system, value }: Identifier) =>
+  reservationStream(identifierKey(type, tenantId, system, value));
+
+/** The resource holding the reservation of `system|value` in the tenant, if any. */
 export const findByIdentifier = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   type: ResourceType,
   tenantId: number,
-  system: string,
-  value: string,
+  identifier: Identifier,
 ): Promise<number | undefined> => {
-  const { state } = await load(
-    ctx,
-    reservationStream(identifierKey(type, tenantId, system, value)),
-    reservationDecider,
-  );
+  const state = await uow.load(reservationOf(type, tenantId, identifier), reservationDecider);
   return state.status === 'claimed' ? Number(state.ownerId) : undefined;
 };
 
 /**
- * The reservation parts claiming `add` and releasing `remove` for resource `id`.
- * @throws {DomainError} 409 `duplicate` with the Location of the holder (spec §7).
+ * The resource a conditional interaction (`identifier=` of a conditional update or If-None-Exist)
+ * matches, or undefined. Types with unique identifiers answer from the reservation (it sees this
+ * command's own writes and never lags); the others from the reservations their conditional
+ * creates claim and from the read model.
+ * @throws {DomainError} 412 `multiple-matches` when more than one resource matches.
  */
-const reservationParts = async (
-  ctx: CommandContext,
-  type: ResourceType,
+export const findMatch = async (
+  uow: UnitOfWork,
+  def: ResourceDefinition,
   tenantId: number,
-  id: number,
-  add: readonly { system: string; value: string }[],
-  remove: readonly { system: string; value: string }[],
-): Promise<Part[]> => {
-  const now = ctx.now.toISOString();
-  const parts: Part[] = [];
-  for (const { system, value } of add) {
-    const key = identifierKey(type, tenantId, system, value);
-    const stream = reservationStream(key);
-    const { state, expected } = await load(ctx, stream, reservationDecider);
-    if (state.status === 'claimed' && state.ownerId !== String(id))
-      throw new DomainError(
-        'conflict',
-        'DuplicateIdentifier',
-        `a ${type} with identifier ${system}|${value} already exists in this data tenant: ${type}/${state.ownerId}`,
-        `${type}.identifier`,
-        { issueCode: 'duplicate', location: `${type}/${state.ownerId}` },
-      );
-    const events = reservationDecider.decide(
-      { type: 'ClaimReservation', key, ownerType: type, ownerId: String(id), now },
-      state,
+  token: Token,
+  expression: string,
+): Promise<number | undefined> => {
+  const ids = new Set<number>();
+  if (token.system) {
+    const reserved = await findByIdentifier(uow, def.type, tenantId, {
+      system: token.system,
+      value: token.value,
+    });
+    if (reserved !== undefined && (await loadResource(uow, def.type, reserved, tenantId)).status === 'active')
+      ids.add(reserved);
+  }
+  if (!def.uniqueIdentifiers || !token.system)
+    for (const row of await searchResources(uow.ctx.sql, def.type, tenantId, {
+      identifiers: [token],
+      limit: 2,
+    }))
+      ids.add(row.id);
+  if (ids.size > 1)
+    throw new DomainError(
+      'precondition_failed',
+      'MultipleMatches',
+      `${expression} matches more than one ${def.type}`,
+      expression,
+      { issueCode: 'multiple-matches' },
     );
-    if (events.length) parts.push({ streamName: stream, expectedState: expected, events });
-  }
-  for (const { system, value } of remove) {
-    const key = identifierKey(type, tenantId, system, value);
-    const stream = reservationStream(key);
-    const { state, expected } = await load(ctx, stream, reservationDecider);
-    const events = reservationDecider.decide(
-      { type: 'ReleaseReservation', ownerType: type, ownerId: String(id), now },
-      state,
-    );
-    if (events.length) parts.push({ streamName: stream, expectedState: expected, events });
-  }
-  return parts;
-};
-
-const sameIdentifier = (a: { system: string; value: string }, b: { system: string; value: string }) =>
-  a.system === b.system && a.value === b.value;
-const minus = <T extends { system: string; value: string }>(a: readonly T[], b: readonly T[]) =>
-  a.filter((x) => !b.some((y) => sameIdentifier(x, y)));
-
-/** Retries `attempt` when a concurrent write moved one of its streams (not when If-Match was given). */
-const withRetry = async <T>(fn: () => Promise<T>, retry = true): Promise<T> => {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fn();
-    } catch (error) {
-      if (retry && error instanceof WrongExpectedVersion && attempt < MAX_ATTEMPTS) continue;
-      throw error;
-    }
-  }
+  return ids.values().next().value;
 };
 
 /**
- * The resource's current version (`meta.versionId` = stream revision + 1), checked against the
- * version an If-Match header named.
- * @throws {DomainError} 412 when `ifMatch` is given and differs.
+ * Claims the reservation of `identifier` for resource `id`; `fresh` assumes it is free without
+ * reading it (a taken one makes the append conflict, and the retry reads it).
+ * @throws {DomainError} 409 `duplicate` with the Location of the holder (spec §7).
  */
-const checkVersion = (
+const claim = async (
+  uow: UnitOfWork,
   type: ResourceType,
+  tenantId: number,
   id: number,
-  expected: ExpectedState,
-  ifMatch: number | undefined,
-): number => {
-  const currentVersion = expected === 'no_stream' ? 0 : Number(expected) + 1;
-  if (ifMatch !== undefined && ifMatch !== currentVersion)
-    throw new DomainError(
-      'precondition_failed',
-      'VersionMismatch',
-      `If-Match names version ${ifMatch} but ${type}/${id} is at version ${currentVersion}`,
-      undefined,
-      { issueCode: 'conflict' },
-    );
-  return currentVersion;
+  identifier: Identifier,
+  fresh: boolean,
+) => {
+  const key = identifierKey(type, tenantId, identifier.system, identifier.value);
+  await uow.decide(
+    reservationStream(key),
+    reservationDecider,
+    (state) => {
+      if (state.status === 'claimed' && state.ownerId !== String(id))
+        throw new DomainError(
+          'conflict',
+          'DuplicateIdentifier',
+          `a ${type} with identifier ${identifier.system}|${identifier.value} already exists in this data tenant: ${type}/${state.ownerId}`,
+          `${type}.identifier`,
+          { issueCode: 'duplicate', location: `${type}/${state.ownerId}` },
+        );
+      return { type: 'ClaimReservation' as const, key, ownerType: type, ownerId: String(id), now: uow.now };
+    },
+    { fresh },
+  );
 };
+
+/** Releases the reservation of `identifier` held by resource `id` (nothing when another holds it). */
+const release = async (
+  uow: UnitOfWork,
+  type: ResourceType,
+  tenantId: number,
+  id: number,
+  identifier: Identifier,
+) => {
+  await uow.decide(reservationOf(type, tenantId, identifier), reservationDecider, {
+    type: 'ReleaseReservation',
+    ownerType: type,
+    ownerId: String(id),
+    now: uow.now,
+  });
+};
+
+const sameIdentifier = (a: Identifier, b: Identifier) => a.system === b.system && a.value === b.value;
+const minus = <T extends Identifier>(a: readonly T[], b: readonly T[]) =>
+  a.filter((x) => !b.some((y) => sameIdentifier(x, y)));
 
 export interface CreateOptions {
   /** Questionnaire: its project (spec §5.3 rule 3). */
   readonly project?: string;
   /** Session user (`Practitioner/<id>`) who authors it, for `user/` scopes. */
   readonly author?: string;
+  /**
+   * Identifiers to reserve even on a type without unique identifiers: the match of a conditional
+   * create, so that racing conditional creates converge on one resource.
+   */
+  readonly reserve?: readonly Identifier[];
 }
 
 /**
- * Creates a resource (FHIR create).
+ * Creates a resource (FHIR create) with a new id.
  * @throws {DomainError} 409 duplicate identifier (with the holder's Location), 422 broken reference.
  */
 export const createResource = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   def: ResourceDefinition,
   tenantId: number,
   content: Content,
   options: CreateOptions = {},
 ): Promise<WriteResult> => {
-  await checkReferences(ctx, def, tenantId, content);
+  await checkReferences(uow, def, tenantId, content);
+  const id = await allocateId(uow.ctx.sql, def.type);
+  const reserved = def.uniqueIdentifiers ? identifiersOf(content) : (options.reserve ?? []);
+  for (const identifier of reserved) {
+    // A reservation this command has read (a conditional create's lookup) is claimed from that state.
+    const read = uow.revision(reservationOf(def.type, tenantId, identifier)) !== undefined;
+    await claim(uow, def.type, tenantId, id, identifier, !read);
+  }
   const decider = resourceDecider(def.type);
-  return withRetry(async () => {
-    const id = await allocateId(ctx.sql, def.type as IdKind);
-    const now = ctx.now.toISOString();
-    const reservations = def.uniqueIdentifiers
-      ? await reservationParts(ctx, def.type, tenantId, id, identifiersOf(content), [])
-      : [];
-    const events = decider.decide(
-      {
-        type: 'CreateResource',
-        id,
-        tenantId,
-        resource: content,
-        now,
-        ...(options.project !== undefined ? { project: options.project } : {}),
-        ...(options.author !== undefined ? { author: options.author } : {}),
-      },
-      decider.initialState,
-    );
-    await appendAtomically(ctx, [
-      ...reservations,
-      { streamName: resourceStream(def.type, id), expectedState: 'no_stream', events },
-    ]);
-    return { id, versionId: 1, lastUpdated: now, created: true, content };
-  });
+  await uow.decide(
+    resourceStream(def.type, id),
+    decider,
+    {
+      type: 'CreateResource',
+      id,
+      tenantId,
+      resource: content,
+      now: uow.now,
+      ...(options.project !== undefined ? { project: options.project } : {}),
+      ...(options.author !== undefined ? { author: options.author } : {}),
+    },
+    { fresh: true },
+  );
+  return { id, versionId: 1, lastUpdated: uow.now, created: true, content };
 };
 
 /** spec §4.3 rule 3: a partial update keeps omitted elements; a given identifier list replaces the old one. */
@@ -228,62 +254,56 @@ const merged = (def: ResourceDefinition, current: Content, given: Content): Cont
  *   422 broken reference.
  */
 export const updateResource = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   def: ResourceDefinition,
   tenantId: number,
   id: number,
   content: Content,
   options: { ifMatch?: number; mergeIdentifiers?: boolean } = {},
 ): Promise<WriteResult> => {
+  const state = await loadResource(uow, def.type, id, tenantId);
+  if (state.status === 'none') throw notFound(def.type, id);
+  const stream = resourceStream(def.type, id);
+  const current = uow.version(stream);
+  if (options.ifMatch !== undefined && options.ifMatch !== current)
+    throw versionMismatch(`${def.type}/${id}`, options.ifMatch, current);
+  let next = merged(def, state.resource, content);
+  if (options.mergeIdentifiers) {
+    // spec §4.3 rule 2: conditional update merges submitted identifiers with the existing ones.
+    const existing = identifiersOf(state.resource);
+    next = { ...next, identifier: [...existing, ...minus(identifiersOf(content), existing)] };
+  }
   const decider = resourceDecider(def.type);
-  return withRetry(async () => {
-    const { state, expected } = await loadResource(ctx, def.type, id, tenantId);
-    if (state.status === 'none') throw notFound(def.type, id);
-    const currentVersion = checkVersion(def.type, id, expected, options.ifMatch);
-    let next = merged(def, state.resource, content);
-    if (options.mergeIdentifiers) {
-      // spec §4.3 rule 2: conditional update merges submitted identifiers with the existing ones.
-      const existing = identifiersOf(state.resource);
-      next = { ...next, identifier: [...existing, ...minus(identifiersOf(content), existing)] };
-    }
-    const now = ctx.now.toISOString();
-    const events = decider.decide({ type: 'UpdateResource', resource: next, now }, state);
-    if (events.length === 0)
-      return {
-        id,
-        versionId: currentVersion,
-        lastUpdated: state.status === 'active' ? state.lastUpdated : now,
-        created: false,
-        content: next,
-      };
-    await checkReferences(ctx, def, tenantId, next);
-    const before = identifiersOf(state.resource);
-    const after = identifiersOf(next);
-    const reservations = def.uniqueIdentifiers
-      ? await reservationParts(ctx, def.type, tenantId, id, minus(after, before), minus(before, after))
-      : [];
-    await appendAtomically(ctx, [
-      ...reservations,
-      { streamName: resourceStream(def.type, id), expectedState: expected, events },
-    ]);
-    return { id, versionId: currentVersion + 1, lastUpdated: now, created: false, content: next };
-  }, options.ifMatch === undefined);
+  const command = { type: 'UpdateResource' as const, resource: next, now: uow.now };
+  // An update that changes nothing decides nothing (the decider is pure: asking first is free).
+  if (decider.decide(command, state).length === 0)
+    return { id, versionId: current, lastUpdated: state.lastUpdated, created: false, content: next };
+  await checkReferences(uow, def, tenantId, next);
+  const before = identifiersOf(state.resource);
+  const after = identifiersOf(next);
+  if (def.uniqueIdentifiers)
+    for (const identifier of minus(after, before)) await claim(uow, def.type, tenantId, id, identifier, true);
+  // Released too on types whose conditional creates reserve their match.
+  for (const identifier of minus(before, after)) await release(uow, def.type, tenantId, id, identifier);
+  await uow.decide(stream, decider, command);
+  return { id, versionId: current + 1, lastUpdated: uow.now, created: false, content: next };
 };
 
 /**
- * Conditional update by identifier (spec §4.3 rule 2): updates the resource holding
- * `system|value` (merging identifiers), or creates it with that identifier. Racing calls for the
- * same new identifier converge: the losers find the winner's resource and update it.
+ * Conditional update by identifier (spec §4.3 rule 2): updates the resource matching `match`
+ * (merging identifiers), or creates it with that identifier, reserving it. Racing calls for the
+ * same new identifier converge: the losers' retries find the winner's resource and update it.
  * @param content the content to update with (partial for the clinical context resources).
  * @param createContent the content to create with, parsed as strictly as a create; called only
  *   when nothing matches (throws the create's validation errors).
- * @returns created: true when no resource matched (the interface still answers 200).
+ * @returns created: true when no resource matched (the data server still answers 200 for Patient).
+ * @throws {DomainError} 412 multiple matches, and those of create and update.
  */
 export const conditionalUpdate = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   def: ResourceDefinition,
   tenantId: number,
-  match: { system: string; value: string },
+  match: Identifier,
   content: Content,
   options: CreateOptions = {},
   createContent: () => Content = () => content,
@@ -292,65 +312,46 @@ export const conditionalUpdate = async (
     const given = identifiersOf(c);
     return { ...c, identifier: [...given, ...minus([match], given)] };
   };
-  for (let attempt = 1; ; attempt++) {
-    const id = def.uniqueIdentifiers
-      ? await findByIdentifier(ctx, def.type, tenantId, match.system, match.value)
-      : (await searchResources(ctx.sql, def.type, tenantId, { identifiers: [match], limit: 1 }))[0]?.id;
-    if (id !== undefined) {
-      const { state } = await loadResource(ctx, def.type, id, tenantId);
-      if (state.status === 'active')
-        return updateResource(ctx, def, tenantId, id, withMatch(content), { mergeIdentifiers: true });
-    }
-    try {
-      return await createResource(ctx, def, tenantId, withMatch(createContent()), options);
-    } catch (error) {
-      // Another request created it first: look again and update that one.
-      const lostRace =
-        (error instanceof DomainError && error.code === 'DuplicateIdentifier') ||
-        error instanceof WrongExpectedVersion;
-      if (lostRace && attempt < MAX_ATTEMPTS) continue;
-      throw error;
-    }
-  }
+  const id = await findMatch(uow, def, tenantId, match, 'identifier');
+  if (id !== undefined)
+    return updateResource(uow, def, tenantId, id, withMatch(content), { mergeIdentifiers: true });
+  return createResource(uow, def, tenantId, withMatch(createContent()), { ...options, reserve: [match] });
 };
 
 /**
  * Deletes resource `id` permanently (spec §4.3 rule 4): refused with 409 while live resources of
- * `def.deleteBlockedBy` reference it; its identifiers are released. Deleting a deleted resource
- * changes nothing.
- * @param referencedBy counts live referencing resources (from the read model, after catching up).
+ * `def.deleteBlockedBy` reference it; its identifier reservations are released. Deleting a deleted
+ * resource changes nothing.
+ * @param referencedBy the live resources referencing it (from the read model).
  * @throws {DomainError} 404 missing, 409 referenced, 412 version mismatch.
  */
 export const deleteResource = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   def: ResourceDefinition,
   tenantId: number,
   id: number,
   referencedBy: () => Promise<string[]>,
   options: { ifMatch?: number } = {},
 ): Promise<void> => {
-  const decider = resourceDecider(def.type);
-  await withRetry(async () => {
-    const { state, expected } = await loadResource(ctx, def.type, id, tenantId);
-    if (state.status === 'none') throw notFound(def.type, id);
-    checkVersion(def.type, id, expected, options.ifMatch);
-    if (state.status === 'deleted') return;
-    const referencing = await referencedBy();
-    if (referencing.length > 0)
-      throw new DomainError(
-        'conflict',
-        'ResourceReferenced',
-        `${def.type}/${id} is referenced by ${referencing.slice(0, 5).join(', ')}${referencing.length > 5 ? ', …' : ''}; delete those first`,
-        undefined,
-        { issueCode: 'conflict' },
-      );
-    const events = decider.decide({ type: 'DeleteResource', now: ctx.now.toISOString() }, state);
-    const releases = def.uniqueIdentifiers
-      ? await reservationParts(ctx, def.type, tenantId, id, [], identifiersOf(state.resource))
-      : [];
-    await appendAtomically(ctx, [
-      ...releases,
-      { streamName: resourceStream(def.type, id), expectedState: expected, events },
-    ]);
-  }, options.ifMatch === undefined);
+  const state = await loadResource(uow, def.type, id, tenantId);
+  if (state.status === 'none') throw notFound(def.type, id);
+  const current = uow.version(resourceStream(def.type, id));
+  if (options.ifMatch !== undefined && options.ifMatch !== current)
+    throw versionMismatch(`${def.type}/${id}`, options.ifMatch, current);
+  if (state.status === 'deleted') return;
+  const referencing = await referencedBy();
+  if (referencing.length > 0)
+    throw new DomainError(
+      'conflict',
+      'ResourceReferenced',
+      `${def.type}/${id} is referenced by ${referencing.slice(0, 5).join(', ')}${referencing.length > 5 ? ', …' : ''}; delete those first`,
+      undefined,
+      { issueCode: 'conflict' },
+    );
+  for (const identifier of identifiersOf(state.resource))
+    await release(uow, def.type, tenantId, id, identifier);
+  await uow.decide(resourceStream(def.type, id), resourceDecider(def.type), {
+    type: 'DeleteResource',
+    now: uow.now,
+  });
 };

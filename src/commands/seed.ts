@@ -6,10 +6,12 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { Casebook } from '../casebook.js';
 import { DomainError } from '../domain/decider.js';
-import { DEFINITIONS } from '../http/fhir/definitions.js';
+import { reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
+import { DEFINITIONS } from '../fhir/definitions.js';
 import { searchResources } from '../projections/resources.js';
 import type { CommandContext } from './context.js';
-import { createResource, updateResource } from './resources.js';
+import { execute } from './handler.js';
+import { createResource, loadResource, updateResource, versionOf } from './resources.js';
 import { generateSecret } from './secrets.js';
 import { createTenant, registerClient } from './tenants.js';
 
@@ -92,9 +94,15 @@ export interface SeedReport {
 
 export type QuestionnaireOutcome = 'created' | 'updated' | 'unchanged';
 
+/** Reservation key of a seeded Questionnaire's canonical (`url|version`) in a tenant. */
+const canonicalKey = (tenantId: number, url: string, version: string | undefined) =>
+  `Questionnaire-canonical:${tenantId}:${url}|${version ?? ''}`;
+
 /**
  * Creates a Questionnaire of `project` in the tenant, or, when one with the same `url` and
  * `version` exists there, updates it (issue 3: Questionnaires are created by seed, CLI or POST).
+ * Idempotent against the log: the canonical is reserved in the same append as the creation, so a
+ * seed applied again (after a cut-short replay, say) finds the Questionnaire it created before.
  * @throws {ZodError} invalid Questionnaire; {DomainError} when the url|version belongs to another project.
  */
 export const upsertQuestionnaire = async (
@@ -107,25 +115,68 @@ export const upsertQuestionnaire = async (
   const content = def.parse({ ...resource, resourceType: 'Questionnaire' }, 'create');
   const url = typeof content.url === 'string' ? content.url : undefined;
   const version = typeof content.version === 'string' ? content.version : undefined;
-  if (url) {
-    const matches = await searchResources(ctx.sql, 'Questionnaire', tenantId, {
-      elements: [{ element: 'url', values: [url] }],
-      limit: 100,
-    });
-    const match = matches.find((m) => (m.resource.version ?? undefined) === version);
-    if (match) {
-      if (match.project !== project)
+  const { result } = await execute({ ...ctx, tenantId }, async (uow) => {
+    const key = url ? canonicalKey(tenantId, url, version) : undefined;
+    let existing: number | undefined;
+    if (key) {
+      const reservation = await uow.load(reservationStream(key), reservationDecider);
+      if (reservation.status === 'claimed') existing = Number(reservation.ownerId);
+      else {
+        // One created by POST before: adopt it.
+        const rows = await searchResources(uow.ctx.sql, 'Questionnaire', tenantId, {
+          elements: [{ element: 'url', values: [url!] }],
+          limit: 100,
+        });
+        existing = rows.find((m) => (m.resource.version ?? undefined) === version)?.id;
+      }
+    }
+    const state =
+      existing !== undefined ? await loadResource(uow, 'Questionnaire', existing, tenantId) : undefined;
+    if (existing !== undefined && state?.status === 'active') {
+      if (state.project !== project)
         throw new DomainError(
           'conflict',
           'QuestionnaireInOtherProject',
-          `${url}|${version ?? ''} belongs to project ${match.project}`,
+          `${url}|${version ?? ''} belongs to project ${state.project}`,
         );
-      const result = await updateResource(ctx, def, tenantId, match.id, content);
-      return { id: match.id, outcome: result.versionId === match.versionId ? 'unchanged' : 'updated' };
+      const before = versionOf(uow, 'Questionnaire', existing);
+      const updated = await updateResource(uow, def, tenantId, existing, content);
+      if (key)
+        await uow.decide(reservationStream(key), reservationDecider, {
+          type: 'ClaimReservation',
+          key,
+          ownerType: 'Questionnaire',
+          ownerId: String(existing),
+          now: uow.now,
+        });
+      return {
+        id: existing,
+        outcome: (updated.versionId === before ? 'unchanged' : 'updated') as QuestionnaireOutcome,
+      };
     }
-  }
-  const created = await createResource(ctx, def, tenantId, content, { project });
-  return { id: created.id, outcome: 'created' };
+    const created = await createResource(uow, def, tenantId, content, { project });
+    if (key) {
+      // The reservation of a deleted Questionnaire moves to the new one.
+      const stream = reservationStream(key);
+      const held = await uow.load(stream, reservationDecider);
+      if (held.status === 'claimed')
+        await uow.decide(stream, reservationDecider, {
+          type: 'ReleaseReservation',
+          ownerType: held.ownerType,
+          ownerId: held.ownerId,
+          now: uow.now,
+        });
+      await uow.decide(stream, reservationDecider, {
+        type: 'ClaimReservation',
+        key,
+        ownerType: 'Questionnaire',
+        ownerId: String(created.id),
+        now: uow.now,
+      });
+    }
+    return { id: created.id, outcome: 'created' as QuestionnaireOutcome };
+  });
+  return result;
 };
 
 /**

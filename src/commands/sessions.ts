@@ -2,12 +2,12 @@
  * The session commands of the auth host (spec §2.1–2.3, §3.1, §4.1, §5).
  */
 
+import { allocateId } from '../db/sequences.js';
 import type { Identifier } from '../domain/clinical/identifier.js';
-import type { Event } from '../domain/decider.js';
-import { DomainError } from '../domain/decider.js';
+import { DomainError, fold } from '../domain/decider.js';
 import { type DeploymentMode, sessionDecider, sessionStream } from '../domain/session/session.js';
-import { tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
-import { type ExpectedState, WrongExpectedVersion } from '../eventstore/port.js';
+import { type Tenant, type TenantEvent, tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
+import type { EventStore } from '../eventstore/port.js';
 import {
   downscope,
   formatScope,
@@ -20,11 +20,10 @@ import {
   type ContextResourceType,
   findById,
   findByIdentifier,
-  type PlannedRegistration,
-  planRegistration,
+  register,
 } from './clinical.js';
-import { allocateId, type CommandContext } from './context.js';
-import { appendAtomically, handle, load, MAX_ATTEMPTS } from './handle.js';
+import type { CommandContext } from './context.js';
+import { execute, type UnitOfWork } from './handler.js';
 import { hashToken, randomToken } from './secrets.js';
 
 /** spec §2.2 role: `new` creates when missing; `find` and `launch` (role omitted) only look up. */
@@ -65,8 +64,17 @@ export interface TenantInfo {
 }
 
 /** Loads the tenant from its stream. @throws {DomainError} not_found. */
-export const loadTenant = async (ctx: CommandContext, tenantId: number): Promise<TenantInfo> => {
-  const { state } = await load(ctx, tenantStream(tenantId), tenantDecider);
+export const loadTenant = async (uow: UnitOfWork, tenantId: number): Promise<TenantInfo> =>
+  tenantInfo(await uow.load(tenantStream(tenantId), tenantDecider), tenantId);
+
+/** Reads the tenant from its stream, outside any command. @throws {DomainError} not_found. */
+export const readTenant = async (store: EventStore, tenantId: number): Promise<TenantInfo> =>
+  tenantInfo(
+    fold(tenantDecider, (await store.readStream(tenantStream(tenantId))) as TenantEvent[]),
+    tenantId,
+  );
+
+const tenantInfo = (state: Tenant, tenantId: number): TenantInfo => {
   if (state.status === 'none') throw new DomainError('not_found', 'TenantNotFound', `no tenant ${tenantId}`);
   return {
     id: state.tenantId,
@@ -113,16 +121,15 @@ interface ResolvedContext {
   readonly patient: ContextResource | undefined;
   readonly encounter: ContextResource | undefined;
   readonly user: ContextResource;
-  readonly registrations: PlannedRegistration[];
 }
 
 /**
  * Resolves patient, encounter and user (spec §2.1, §2.2): ids must exist in the tenant, fhirContext
- * items are looked up by identifier; role `new` items that are missing are planned for creation,
- * nothing is written here. `user` wins over a Practitioner item.
+ * items are looked up by identifier; role `new` items that are missing are registered as decisions
+ * of `uow` (appended with the session). `user` wins over a Practitioner item.
  */
 const resolveContext = async (
-  ctx: CommandContext,
+  uow: UnitOfWork,
   tenantId: number,
   input: CreateSessionInput,
 ): Promise<ResolvedContext> => {
@@ -140,12 +147,12 @@ const resolveContext = async (
   ): Promise<Pending> => {
     let byId: ContextResource | undefined;
     if (id !== undefined) {
-      byId = await findById(ctx, type, tenantId, id);
+      byId = await findById(uow, type, tenantId, id);
       if (!byId) throw missingId();
     }
     const entry = itemOf(type);
     if (!entry) return byId ? { resolved: byId } : {};
-    const found = await findByIdentifier(ctx, type, tenantId, entry.item.identifier);
+    const found = await findByIdentifier(uow, type, tenantId, entry.item.identifier);
     if (byId) {
       if (!found || found.id !== byId.id)
         throw mismatch(
@@ -190,13 +197,13 @@ const resolveContext = async (
   if (subject !== undefined) {
     if (patient.create || (patientResolved && patientResolved.id !== subject))
       throw mismatch('the encounter belongs to another patient than the session patient', 'encounter');
-    patientResolved ??= await findById(ctx, 'Patient', tenantId, subject);
+    patientResolved ??= await findById(uow, 'Patient', tenantId, subject);
   }
 
   // spec §2.1 user: `user` wins over a Practitioner item, which is then ignored.
   let user: Pending;
   if (input.user !== undefined) {
-    const found = await findById(ctx, 'Practitioner', tenantId, input.user);
+    const found = await findById(uow, 'Practitioner', tenantId, input.user);
     if (!found)
       throw new DomainError(
         'unprocessable',
@@ -222,12 +229,7 @@ const resolveContext = async (
     );
   }
 
-  const registrations: PlannedRegistration[] = [];
-  if (patient.create) {
-    const plan = await planRegistration(ctx, 'Patient', tenantId, patient.create.identifier);
-    registrations.push(plan);
-    patientResolved = plan.resource;
-  }
+  if (patient.create) patientResolved = await register(uow, 'Patient', tenantId, patient.create.identifier);
   let encounterResolved = encounter.resolved;
   if (encounter.create) {
     if (!patientResolved)
@@ -237,23 +239,17 @@ const resolveContext = async (
         'a new Encounter needs the session patient: give patient or a Patient fhirContext item',
         'fhirContext',
       );
-    const plan = await planRegistration(
-      ctx,
+    encounterResolved = await register(
+      uow,
       'Encounter',
       tenantId,
       encounter.create.identifier,
       patientResolved.id,
     );
-    registrations.push(plan);
-    encounterResolved = plan.resource;
   }
   let userResolved = user.resolved;
-  if (user.create) {
-    const plan = await planRegistration(ctx, 'Practitioner', tenantId, user.create.identifier);
-    registrations.push(plan);
-    userResolved = plan.resource;
-  }
-  return { patient: patientResolved, encounter: encounterResolved, user: userResolved!, registrations };
+  if (user.create) userResolved = await register(uow, 'Practitioner', tenantId, user.create.identifier);
+  return { patient: patientResolved, encounter: encounterResolved, user: userResolved! };
 };
 
 const parseRequestedScopes = (scope: string | string[] | undefined, tenant: TenantInfo): ResourceScope[] => {
@@ -295,8 +291,20 @@ export const createSession = async (
   client: ClientPrincipal,
   input: CreateSessionInput,
   globalOrigins: readonly string[],
+): Promise<CreatedSession> =>
+  (await execute(ctx, (uow) => openSession(uow, client, input, globalOrigins))).result;
+
+/**
+ * The decisions of POST /sessions inside `uow` (also used by the launcher, which opens its session
+ * in the same append as the launch): see {@link createSession}.
+ */
+export const openSession = async (
+  uow: UnitOfWork,
+  client: ClientPrincipal,
+  input: CreateSessionInput,
+  globalOrigins: readonly string[],
 ): Promise<CreatedSession> => {
-  const tenant = await loadTenant(ctx, client.tenantId);
+  const tenant = await loadTenant(uow, client.tenantId);
   const origins = [...globalOrigins, ...tenant.redirectOrigins];
   const postSubmitRedirect =
     input.postSubmitRedirect === undefined
@@ -308,65 +316,52 @@ export const createSession = async (
       : checkRedirect(input.postCancelRedirect, origins, 'post_cancel_redirect');
   const requested = parseRequestedScopes(input.scope, tenant);
   const tenantAllowed = parseScopeList([...tenant.allowedScopes]).scopes;
-
-  for (let attempt = 1; ; attempt++) {
-    const context = await resolveContext(ctx, tenant.id, input);
-    const scopes = downscope({
-      requested,
-      tenantAllowed,
-      ehrManaged: tenant.ehrManaged,
-      projects: [...client.projects],
-      hasPatientContext: context.patient !== undefined,
-    }).map(formatScope);
-    const sessionId = await allocateId(ctx.sql, 'session');
-    const handoverToken = `${sessionId}.${randomToken()}`;
-    const createdAt = ctx.now.toISOString();
-    const events = sessionDecider.decide(
-      {
-        type: 'CreateSession',
-        sessionId,
-        tenantId: tenant.id,
-        clientId: client.clientId,
-        userId: context.user.id,
-        patientId: context.patient?.id ?? null,
-        encounterId: context.encounter?.id ?? null,
-        scopes,
-        deploymentMode: input.deploymentMode,
-        postSubmitRedirect,
-        postCancelRedirect,
-        handoverTokenHash: hashToken(handoverToken),
-        createdAt,
-      },
-      sessionDecider.initialState,
-    );
-    const parts: { streamName: string; expectedState: ExpectedState; events: Event[] }[] = [
-      ...context.registrations.flatMap((r) => r.parts),
-      { streamName: sessionStream(sessionId), expectedState: 'no_stream', events },
-    ];
-    try {
-      await appendAtomically(ctx, parts);
-    } catch (error) {
-      // A concurrent request registered the same identifier first: resolve again and find it.
-      if (error instanceof WrongExpectedVersion && attempt < MAX_ATTEMPTS) continue;
-      throw error;
-    }
-    const first = events[0]!;
-    if (first.type !== 'SessionCreated') throw new Error('unreachable: CreateSession decides SessionCreated');
-    const created = first.data;
-    return {
+  const context = await resolveContext(uow, tenant.id, input);
+  const scopes = downscope({
+    requested,
+    tenantAllowed,
+    ehrManaged: tenant.ehrManaged,
+    projects: [...client.projects],
+    hasPatientContext: context.patient !== undefined,
+  }).map(formatScope);
+  const sessionId = await allocateId(uow.ctx.sql, 'session');
+  const handoverToken = `${sessionId}.${randomToken()}`;
+  const createdAt = uow.now;
+  const [first] = await uow.decide(
+    sessionStream(sessionId),
+    sessionDecider,
+    {
+      type: 'CreateSession',
       sessionId,
-      handoverToken,
-      tenant,
-      userId: created.userId,
-      patientId: created.patientId,
-      encounterId: created.encounterId,
+      tenantId: tenant.id,
+      clientId: client.clientId,
+      userId: context.user.id,
+      patientId: context.patient?.id ?? null,
+      encounterId: context.encounter?.id ?? null,
       scopes,
       deploymentMode: input.deploymentMode,
       postSubmitRedirect,
-      expiresAt: created.expiresAt,
+      postCancelRedirect,
+      handoverTokenHash: hashToken(handoverToken),
       createdAt,
-    };
-  }
+    },
+    { fresh: true },
+  );
+  if (first?.type !== 'SessionCreated') throw new Error('unreachable: CreateSession decides SessionCreated');
+  const created = first.data;
+  return {
+    sessionId,
+    handoverToken,
+    tenant,
+    userId: created.userId,
+    patientId: created.patientId,
+    encounterId: created.encounterId,
+    scopes,
+    deploymentMode: input.deploymentMode,
+    postSubmitRedirect,
+    expiresAt: created.expiresAt,
+    createdAt,
+  };
 };
 
 const TOKEN_PATTERN = /^(\d{1,10})\.[A-Za-z0-9_-]{43}$/;
@@ -391,24 +386,22 @@ export const handOverSession = async (
   const sessionId = Number(match[1]);
   const stream = sessionStream(sessionId);
   const cookie = randomToken();
-  const command = {
-    type: 'HandOverSession' as const,
-    tokenHash: hashToken(token),
-    cookieHash: hashToken(cookie),
-    now: ctx.now.toISOString(),
-  };
-  const { state } = await load(ctx, stream, sessionDecider);
-  sessionDecider.decide(command, state); // refuses bad tokens (401) before `next` is judged
-  if (state.status === 'none') throw new Error('unreachable: decide refuses a missing session');
-  const tenant = await loadTenant(ctx, state.tenantId);
-  const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
-  await handle(
-    { ...ctx, tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } },
-    stream,
-    sessionDecider,
-    command,
-  );
-  return { cookie, expiresAt: state.expiresAt, sessionId, next: target };
+  const { result } = await execute(ctx, async (uow) => {
+    const state = await uow.load(stream, sessionDecider);
+    // Bad tokens are refused (401) before `next` is judged.
+    await uow.decide(stream, sessionDecider, {
+      type: 'HandOverSession',
+      tokenHash: hashToken(token),
+      cookieHash: hashToken(cookie),
+      now: uow.now,
+    });
+    if (state.status === 'none') throw new Error('unreachable: decide refuses a missing session');
+    uow.setCause({ tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } });
+    const tenant = await loadTenant(uow, state.tenantId);
+    const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
+    return { expiresAt: state.expiresAt, target };
+  });
+  return { cookie, expiresAt: result.expiresAt, sessionId, next: result.target };
 };
 
 /**
@@ -417,9 +410,7 @@ export const handOverSession = async (
  * @throws {DomainError} not_found (404) for a missing session or one of another tenant.
  */
 export const endSession = async (ctx: CommandContext, sessionId: number, tenantId: number): Promise<void> => {
-  await handle(ctx, sessionStream(sessionId), sessionDecider, {
-    type: 'EndSession',
-    tenantId,
-    now: ctx.now.toISOString(),
-  });
+  await execute(ctx, (uow) =>
+    uow.decide(sessionStream(sessionId), sessionDecider, { type: 'EndSession', tenantId, now: uow.now }),
+  );
 };

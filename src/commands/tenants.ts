@@ -2,14 +2,15 @@
  * Data tenants and API clients as event-sourced aggregates (issue 2 §4), used by the seed file,
  * the CLI and the demo bootstrap.
  */
+
+import { allocateId } from '../db/sequences.js';
 import { CLIENT_ID_PATTERN, clientDecider, clientStream } from '../domain/client/client.js';
 import { DomainError } from '../domain/decider.js';
 import { reservationDecider, reservationStream, tenantNameKey } from '../domain/reservation/reservation.js';
 import { type TenantSettings, tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
-import { WrongExpectedVersion } from '../eventstore/port.js';
 import { parseScopeList, ScopeSyntaxError } from '../fhir/scopes.js';
-import { allocateId, type CommandContext } from './context.js';
-import { appendAtomically, handle, load, MAX_ATTEMPTS } from './handle.js';
+import type { CommandContext } from './context.js';
+import { execute } from './handler.js';
 import { hashSecret, verifySecret } from './secrets.js';
 
 export interface TenantInput extends TenantSettings {
@@ -72,40 +73,38 @@ export const createTenant = async (
   if (!name) throw new DomainError('invalid', 'InvalidTenantName', 'name must not be empty', 'name');
   const settings = tenantSettings(input);
   const key = tenantNameKey(name);
-  const now = ctx.now.toISOString();
-  for (let attempt = 1; ; attempt++) {
-    const reservation = await load(ctx, reservationStream(key), reservationDecider);
-    if (reservation.state.status === 'claimed') {
-      const tenantId = Number(reservation.state.ownerId);
+  const { result } = await execute(ctx, async (uow) => {
+    const reservation = await uow.load(reservationStream(key), reservationDecider);
+    if (reservation.status === 'claimed') {
+      const tenantId = Number(reservation.ownerId);
       if (!options.ensure)
         throw new DomainError('conflict', 'TenantExists', `a tenant named ${JSON.stringify(name)} exists`);
-      await handle({ ...ctx, tenantId }, tenantStream(tenantId), tenantDecider, {
+      uow.setCause({ tenantId });
+      await uow.decide(tenantStream(tenantId), tenantDecider, {
         type: 'ConfigureTenant',
-        now,
+        now: uow.now,
         ...settings,
       });
       return { tenantId, created: false };
     }
-    const tenantId = await allocateId(ctx.sql, 'tenant');
-    const claim = reservationDecider.decide(
-      { type: 'ClaimReservation', key, ownerType: 'tenant', ownerId: String(tenantId), now },
-      reservation.state,
+    const tenantId = await allocateId(uow.ctx.sql, 'tenant');
+    uow.setCause({ tenantId });
+    await uow.decide(reservationStream(key), reservationDecider, {
+      type: 'ClaimReservation',
+      key,
+      ownerType: 'tenant',
+      ownerId: String(tenantId),
+      now: uow.now,
+    });
+    await uow.decide(
+      tenantStream(tenantId),
+      tenantDecider,
+      { type: 'CreateTenant', tenantId, name, now: uow.now, ...settings },
+      { fresh: true },
     );
-    const created = tenantDecider.decide(
-      { type: 'CreateTenant', tenantId, name, now, ...settings },
-      tenantDecider.initialState,
-    );
-    try {
-      await appendAtomically({ ...ctx, tenantId }, [
-        { streamName: reservationStream(key), expectedState: reservation.expected, events: claim },
-        { streamName: tenantStream(tenantId), expectedState: 'no_stream', events: created },
-      ]);
-      return { tenantId, created: true };
-    } catch (error) {
-      if (error instanceof WrongExpectedVersion && attempt < MAX_ATTEMPTS) continue;
-      throw error;
-    }
-  }
+    return { tenantId, created: true };
+  });
+  return result;
 };
 
 export interface ClientInput {
@@ -146,46 +145,38 @@ export const registerClient = async (
     );
   const scopes = validateScopes(input.scopes, 'scopes');
   const projects = [...new Set(input.projects.map((p) => p.trim()).filter(Boolean))];
-  const tenant = await load(ctx, tenantStream(input.tenantId), tenantDecider);
-  if (tenant.state.status === 'none')
-    throw new DomainError('not_found', 'TenantNotFound', `no tenant ${input.tenantId}`, 'tenant');
-  const now = ctx.now.toISOString();
-  const c = { ...ctx, tenantId: input.tenantId };
-  const existing = await load(c, clientStream(input.clientId), clientDecider);
-  if (existing.state.status === 'active') {
-    if (!options.ensure)
-      throw new DomainError('conflict', 'ApiClientExists', `client ${input.clientId} already exists`);
-    if (existing.state.tenantId !== input.tenantId)
-      throw new DomainError(
-        'conflict',
-        'ApiClientExists',
-        `client ${input.clientId} belongs to another tenant`,
-      );
-    if (!(await verifySecret(input.secret, existing.state.secretHash))) {
-      const secretHash = await hashSecret(input.secret);
-      await handle(c, clientStream(input.clientId), clientDecider, {
-        type: 'RotateApiClientSecret',
-        secretHash,
-        now,
-      });
+  // Hashing is slow (scrypt): done once, outside the command's retries.
+  const secretHash = await hashSecret(input.secret);
+  const { result } = await execute({ ...ctx, tenantId: input.tenantId }, async (uow) => {
+    const tenant = await uow.load(tenantStream(input.tenantId), tenantDecider);
+    if (tenant.status === 'none')
+      throw new DomainError('not_found', 'TenantNotFound', `no tenant ${input.tenantId}`, 'tenant');
+    const stream = clientStream(input.clientId);
+    const existing = await uow.load(stream, clientDecider);
+    if (existing.status === 'active') {
+      if (!options.ensure)
+        throw new DomainError('conflict', 'ApiClientExists', `client ${input.clientId} already exists`);
+      if (existing.tenantId !== input.tenantId)
+        throw new DomainError(
+          'conflict',
+          'ApiClientExists',
+          `client ${input.clientId} belongs to another tenant`,
+        );
+      if (!(await verifySecret(input.secret, existing.secretHash)))
+        await uow.decide(stream, clientDecider, { type: 'RotateApiClientSecret', secretHash, now: uow.now });
+      await uow.decide(stream, clientDecider, { type: 'ConfigureApiClient', scopes, projects, now: uow.now });
+      return { created: false };
     }
-    await handle(c, clientStream(input.clientId), clientDecider, {
-      type: 'ConfigureApiClient',
+    await uow.decide(stream, clientDecider, {
+      type: 'RegisterApiClient',
+      clientId: input.clientId,
+      tenantId: input.tenantId,
+      secretHash,
       scopes,
       projects,
-      now,
+      now: uow.now,
     });
-    return { created: false };
-  }
-  const secretHash = await hashSecret(input.secret);
-  await handle(c, clientStream(input.clientId), clientDecider, {
-    type: 'RegisterApiClient',
-    clientId: input.clientId,
-    tenantId: input.tenantId,
-    secretHash,
-    scopes,
-    projects,
-    now,
+    return { created: true };
   });
-  return { created: true };
+  return result;
 };

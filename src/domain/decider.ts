@@ -57,7 +57,7 @@ export class DomainError extends Error {
 }
 
 /** Folds a stream's events into its state. */
-export const fold = <State, E extends Event>(
-  decider: Decider<unknown, State, E>,
+export const fold = <Command, State, E extends Event>(
+  decider: Decider<Command, State, E>,
   events: readonly E[],
 ): State => events.reduce(decider.evolve, decider.initialState);

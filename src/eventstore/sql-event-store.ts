@@ -216,7 +216,13 @@ interface AppendOutcome {
 
 /** What es_append returns. */
 interface AppendReply {
-  readonly streams: { stream: string; revision: string; written: boolean; commit: string; position: string }[];
+  readonly streams: {
+    stream: string;
+    revision: string;
+    written: boolean;
+    commit: string;
+    position: string;
+  }[];
   readonly events: { stream: string; revision: string; commit: string; position: string }[];
   readonly projections: Record<string, string>;
 }
@@ -456,7 +462,11 @@ export class SqlEventStore implements EventStore {
    * filter: only for a caller that knows no append is in flight (it holds {@link APPEND_LOCK_KEY}
    * exclusively).
    */
-  static async readAllOn(sql: Sql, options: ReadAllOptions, committedOnly: boolean): Promise<RecordedEvent[]> {
+  static async readAllOn(
+    sql: Sql,
+    options: ReadAllOptions,
+    committedOnly: boolean,
+  ): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;
     const visible = committedOnly ? 'AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())' : '';
     const rows = options.from

@@ -8,7 +8,7 @@
 import { DomainError } from '../domain/decider.js';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
 import type { Actor } from '../eventstore/port.js';
-import { identifiersOf } from './references.js';
+import { compartmentOf, identifiersOf } from './references.js';
 import { type Permission, type ResourceScope, scopesFor } from './scopes.js';
 
 /** Who is calling the data server. */
@@ -34,6 +34,39 @@ export interface AccessTarget {
   readonly project?: string | null;
   readonly content?: Content;
 }
+
+/** The scope-relevant facts of a stored resource (a read-model row). */
+export const targetOf = (row: {
+  readonly resourceType: ResourceType;
+  readonly id: number;
+  readonly patientId: number | null;
+  readonly author: string | null;
+  readonly project: string | null;
+  readonly resource: Content;
+}): AccessTarget => ({
+  resourceType: row.resourceType,
+  id: row.id,
+  patientId: row.patientId,
+  author: row.author,
+  project: row.project,
+  content: row.resource,
+});
+
+/** The scope-relevant facts of content about to be written (`id` undefined for a create). */
+export const targetOfContent = (
+  type: ResourceType,
+  id: number | undefined,
+  content: Content,
+  extra: { author?: string | null; project?: string | null },
+): AccessTarget => ({
+  resourceType: type,
+  ...(id !== undefined ? { id } : {}),
+  patientId:
+    compartmentOf(type, id ?? 0, content).patientId ?? (type === 'Patient' && id !== undefined ? id : null),
+  author: extra.author ?? null,
+  project: extra.project ?? null,
+  content,
+});
 
 const PERMISSION_NAMES: Record<Permission, string> = {
   c: 'create',

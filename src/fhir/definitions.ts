@@ -4,7 +4,21 @@
  * in the tenant (spec §4.3 rule 1), which references must resolve, and what blocks a delete
  * (spec §4.3 rule 4).
  */
+import type { z } from 'zod';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
+import {
+  encounterCreateSchema,
+  encounterUpdateSchema,
+  patientSchema,
+  practitionerSchema,
+} from './clinical.schema.js';
+import { referenceId } from './references.js';
+import {
+  questionnaireResponseSchema,
+  questionnaireSchema,
+  taskSchema,
+  valueSetSchema,
+} from './workflow.schema.js';
 
 export interface ReferenceToCheck {
   /** FHIRPath of the element, for OperationOutcome.issue.expression. */
@@ -30,3 +44,82 @@ export interface ResourceDefinition {
   /** spec §4.3 rule 4: resource types whose live resources, referencing this one, block its delete. */
   readonly deleteBlockedBy: readonly ResourceType[];
 }
+
+const refs =
+  (...paths: [element: string, type: ResourceType][]) =>
+  (content: Content): ReferenceToCheck[] =>
+    paths.flatMap(([element, type]) => {
+      const id = referenceId(content[element], type);
+      return id === undefined ? [] : [{ expression: `${element}`, resourceType: type, id }];
+    });
+
+const parser =
+  (create: z.ZodType<Content>, update: z.ZodType<Content> = create) =>
+  (body: unknown, mode: 'create' | 'update'): Content =>
+    (mode === 'create' ? create : update).parse(body);
+
+/** The rules of every resource type the data server stores (issue 3; spec §2.5–2.6, §4.3). */
+export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
+  Patient: {
+    type: 'Patient',
+    parse: parser(patientSchema),
+    partialUpdate: true,
+    uniqueIdentifiers: true,
+    references: () => [],
+    deleteBlockedBy: ['Encounter', 'Task', 'QuestionnaireResponse'],
+  },
+  Encounter: {
+    type: 'Encounter',
+    parse: parser(encounterCreateSchema, encounterUpdateSchema),
+    partialUpdate: true,
+    uniqueIdentifiers: true,
+    references: refs(['subject', 'Patient']),
+    deleteBlockedBy: ['Task', 'QuestionnaireResponse'],
+  },
+  Practitioner: {
+    type: 'Practitioner',
+    parse: parser(practitionerSchema),
+    partialUpdate: true,
+    uniqueIdentifiers: true,
+    references: () => [],
+    deleteBlockedBy: [],
+  },
+  Task: {
+    type: 'Task',
+    parse: parser(taskSchema),
+    partialUpdate: false,
+    uniqueIdentifiers: true,
+    references: refs(
+      ['for', 'Patient'],
+      ['encounter', 'Encounter'],
+      ['focus', 'QuestionnaireResponse'],
+      ['owner', 'Practitioner'],
+      ['requester', 'Practitioner'],
+    ),
+    deleteBlockedBy: [],
+  },
+  Questionnaire: {
+    type: 'Questionnaire',
+    parse: parser(questionnaireSchema),
+    partialUpdate: false,
+    uniqueIdentifiers: false,
+    references: () => [],
+    deleteBlockedBy: [],
+  },
+  QuestionnaireResponse: {
+    type: 'QuestionnaireResponse',
+    parse: parser(questionnaireResponseSchema),
+    partialUpdate: false,
+    uniqueIdentifiers: false,
+    references: refs(['subject', 'Patient'], ['encounter', 'Encounter'], ['author', 'Practitioner']),
+    deleteBlockedBy: [],
+  },
+  ValueSet: {
+    type: 'ValueSet',
+    parse: parser(valueSetSchema),
+    partialUpdate: false,
+    uniqueIdentifiers: false,
+    references: () => [],
+    deleteBlockedBy: [],
+  },
+};

@@ -4,38 +4,17 @@
  * amendment is a new row, so it is exported again. The exporter's own events (ReportExported,
  * ReportExportFailed) move a row's state. Built only from events: replaying gives the same rows.
  */
+import type { Sql } from '../db/sql.js';
+import {
+  REPORT_EXPORT_FAILED,
+  REPORT_EXPORTED,
+  type ReportExportedData,
+  type ReportExportFailedData,
+} from '../domain/export/export.js';
 import type { ChangedData, CreatedData } from '../domain/fhir/resource.js';
 import { resourceEventKind } from '../domain/fhir/resource.js';
+import type { RecordedEvent } from '../eventstore/port.js';
 import type { Projection } from './projection.js';
-
-export const REPORT_EXPORTED = 'ReportExported';
-export const REPORT_EXPORT_FAILED = 'ReportExportFailed';
-
-/** Data of a ReportExported event. */
-export interface ReportExportedData {
-  readonly responseId: number;
-  readonly version: number;
-  /** Where it went: scheme and host only, never credentials or paths. */
-  readonly sink: string;
-  /** Which delivery attempt succeeded (1-based). */
-  readonly attempt: number;
-  readonly at: string;
-}
-
-/** Data of a ReportExportFailed event. */
-export interface ReportExportFailedData {
-  readonly responseId: number;
-  readonly version: number;
-  /** The failed attempt (1-based). */
-  readonly attempt: number;
-  /** The error message only: never patient data. */
-  readonly error: string;
-  readonly nextAttemptAt: string;
-  readonly at: string;
-}
-
-/** Stream of the exporter's events about one response. */
-export const exportStream = (responseId: number): string => `export-QuestionnaireResponse-${responseId}`;
 
 /** Statuses whose report is exported. */
 const EXPORTED_STATUSES = new Set(['completed', 'amended']);
@@ -56,52 +35,61 @@ export const exportOutboxProjection: Projection = {
       PRIMARY KEY (response_id, version_id)
     );
     CREATE INDEX IF NOT EXISTS rm_export_outbox_due ON rm_export_outbox (state, next_attempt_at);`),
-  apply: async (event, tx) => {
-    if (event.type === REPORT_EXPORTED) {
-      const d = event.data as ReportExportedData;
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'delivered', attempts = GREATEST(attempts, $3), delivered_at = $4, last_error = NULL
-         WHERE response_id = $1 AND version_id = $2`,
-        [d.responseId, d.version, d.attempt, d.at],
-      );
-      return;
-    }
-    if (event.type === REPORT_EXPORT_FAILED) {
-      const d = event.data as ReportExportFailedData;
-      // A late failure never undoes a delivery; an older attempt never overwrites a newer one.
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'failed', attempts = $3, next_attempt_at = $4, last_error = $5
-         WHERE response_id = $1 AND version_id = $2 AND state <> 'delivered' AND attempts < $3`,
-        [d.responseId, d.version, d.attempt, d.nextAttemptAt, d.error],
-      );
-      return;
-    }
-    const kind = resourceEventKind(event.type);
-    if (!kind || kind.resourceType !== 'QuestionnaireResponse') return;
-    if (kind.kind === 'deleted') {
-      const d = event.data as { id: number };
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'cancelled' WHERE response_id = $1 AND state IN ('pending', 'failed')`,
-        [d.id],
-      );
-      return;
-    }
-    const d = event.data as CreatedData | ChangedData;
-    const versionId = Number(event.revision) + 1;
-    const status = typeof d.resource.status === 'string' ? d.resource.status : undefined;
-    // A newer version (or a step back from completed) makes undelivered older versions moot.
-    await tx.query(
-      `UPDATE rm_export_outbox SET state = 'cancelled' WHERE response_id = $1 AND version_id < $2 AND state IN ('pending', 'failed')`,
-      [d.id, versionId],
-    );
-    if (!status || !EXPORTED_STATUSES.has(status)) return;
-    const tenantId =
-      'tenantId' in d && typeof d.tenantId === 'number' ? d.tenantId : (event.metadata.tenantId ?? null);
-    if (tenantId === null) return;
-    await tx.query(
-      `INSERT INTO rm_export_outbox (tenant_id, response_id, version_id, state, attempts, next_attempt_at)
-       VALUES ($1, $2, $3, 'pending', 0, $4) ON CONFLICT (response_id, version_id) DO NOTHING`,
-      [tenantId, d.id, versionId, d.at],
-    );
+  handles: (type) =>
+    type === REPORT_EXPORTED ||
+    type === REPORT_EXPORT_FAILED ||
+    resourceEventKind(type)?.resourceType === 'QuestionnaireResponse',
+  apply: async (events, tx) => {
+    for (const event of events) await applyOne(event, tx);
   },
+};
+
+/** Export events are few (one per finished report version and attempt): one statement each. */
+const applyOne = async (event: RecordedEvent, tx: Sql): Promise<void> => {
+  if (event.type === REPORT_EXPORTED) {
+    const d = event.data as ReportExportedData;
+    await tx.query(
+      `UPDATE rm_export_outbox SET state = 'delivered', attempts = GREATEST(attempts, $3), delivered_at = $4, last_error = NULL
+         WHERE response_id = $1 AND version_id = $2`,
+      [d.responseId, d.version, d.attempt, d.at],
+    );
+    return;
+  }
+  if (event.type === REPORT_EXPORT_FAILED) {
+    const d = event.data as ReportExportFailedData;
+    // A late failure never undoes a delivery; an older attempt never overwrites a newer one.
+    await tx.query(
+      `UPDATE rm_export_outbox SET state = 'failed', attempts = $3, next_attempt_at = $4, last_error = $5
+         WHERE response_id = $1 AND version_id = $2 AND state <> 'delivered' AND attempts < $3`,
+      [d.responseId, d.version, d.attempt, d.nextAttemptAt, d.error],
+    );
+    return;
+  }
+  const kind = resourceEventKind(event.type);
+  if (!kind || kind.resourceType !== 'QuestionnaireResponse') return;
+  if (kind.kind === 'deleted') {
+    const d = event.data as { id: number };
+    await tx.query(
+      `UPDATE rm_export_outbox SET state = 'cancelled' WHERE response_id = $1 AND state IN ('pending', 'failed')`,
+      [d.id],
+    );
+    return;
+  }
+  const d = event.data as CreatedData | ChangedData;
+  const versionId = Number(event.revision) + 1;
+  const status = typeof d.resource.status === 'string' ? d.resource.status : undefined;
+  // A newer version (or a step back from completed) makes undelivered older versions moot.
+  await tx.query(
+    `UPDATE rm_export_outbox SET state = 'cancelled' WHERE response_id = $1 AND version_id < $2 AND state IN ('pending', 'failed')`,
+    [d.id, versionId],
+  );
+  if (!status || !EXPORTED_STATUSES.has(status)) return;
+  const tenantId =
+    'tenantId' in d && typeof d.tenantId === 'number' ? d.tenantId : (event.metadata.tenantId ?? null);
+  if (tenantId === null) return;
+  await tx.query(
+    `INSERT INTO rm_export_outbox (tenant_id, response_id, version_id, state, attempts, next_attempt_at)
+       VALUES ($1, $2, $3, 'pending', 0, $4) ON CONFLICT (response_id, version_id) DO NOTHING`,
+    [tenantId, d.id, versionId, d.at],
+  );
 };

@@ -2,15 +2,32 @@ import type { Sql } from '../db/sql.js';
 import type { RecordedEvent } from '../eventstore/port.js';
 
 /**
- * A projection: one read model built only from events (DESIGN.md §2 "Read models").
- * `apply` runs inside the runner's transaction together with the checkpoint, must be idempotent
- * (re-applying an event leaves the same rows) and ignores event types it does not know.
+ * How a batch is applied: `inline` inside the append transaction that wrote the events (SQL
+ * stores: ids came from this database's sequences already), `catch-up` when a projection is built
+ * or rebuilt from the log, or follows a KurrentDB log (sequences are moved past the ids seen).
+ */
+export type ApplyMode = 'inline' | 'catch-up';
+
+/**
+ * A projection: one read model built only from events (docs/architecture.md "Projections").
+ * `apply` gets the events it `handles`, in `$all` order, and writes them set-based inside the
+ * caller's transaction. It must be idempotent: events it has applied before (a replayed batch, an
+ * event delivered twice, an older version after a newer one) change nothing.
  */
 export interface Projection {
   readonly name: string;
-  /** Tables this projection owns; `casebook replay` drops them. */
+  /** Tables this projection owns; a rebuild drops and recreates them. */
   readonly tables: readonly string[];
   /** Creates the tables if missing. */
   readonly migrate: (sql: Sql) => Promise<void>;
-  readonly apply: (event: RecordedEvent, tx: Sql) => Promise<void>;
+  /** Whether events of this type change the read model (the others are never passed to `apply`). */
+  readonly handles: (eventType: string) => boolean;
+  /**
+   * Applies `events` (all of a type it handles, in `$all` order).
+   * @throws on bad data or a failing statement; the runner then stops this projection only.
+   */
+  readonly apply: (events: readonly RecordedEvent[], tx: Sql, mode: ApplyMode) => Promise<void>;
 }
+
+/** `json_to_recordset` input: the rows as one JSON parameter (one round trip for any number of rows). */
+export const rowsParam = (rows: readonly object[]): string => JSON.stringify(rows);

@@ -4,31 +4,135 @@
  * project, author); `rm_resource_identifiers` serves search by identifier. `content` is `json`,
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
+import { bumpSequence } from '../db/sequences.js';
 import type { Sql } from '../db/sql.js';
-import type { ChangedData, CreatedData, ResourceType } from '../domain/fhir/resource.js';
-import { resourceEventKind } from '../domain/fhir/resource.js';
+import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
+import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
+import type { RecordedEvent } from '../eventstore/port.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
-import type { Projection } from './projection.js';
-import { bumpSequence } from './sequences.js';
+import { type Projection, rowsParam } from './projection.js';
 
-const writeIdentifiers = async (
-  tx: Sql,
-  resourceType: ResourceType,
-  id: number,
-  tenantId: number,
-  content: CreatedData['resource'],
-) => {
-  await tx.query(`DELETE FROM rm_resource_identifiers WHERE resource_type = $1 AND id = $2`, [
-    resourceType,
-    id,
-  ]);
-  for (const { system, value } of identifiersOf(content))
-    await tx.query(
-      `INSERT INTO rm_resource_identifiers (resource_type, tenant_id, system, value, id) VALUES ($1, $2, $3, $4, $5)
-       ON CONFLICT DO NOTHING`,
-      [resourceType, tenantId, system, value, id],
-    );
+/** The state of one resource after a batch, written with one statement for the whole batch. */
+interface ResourceRowChange {
+  resource_type: ResourceType;
+  id: number;
+  tenant_id: number | null;
+  version_id: number;
+  /** FHIR JSON of the version; null for a deletion seen without its content (keeps the stored one). */
+  content: Record<string, unknown> | null;
+  last_updated: string;
+  deleted: boolean;
+  patient_id: number | null;
+  encounter_id: number | null;
+  project: string | null;
+  author: string | null;
+  /** The batch holds the creation: the row is inserted when missing. */
+  created: boolean;
+  /** The identifiers the row ends with (search by identifier). */
+  identifiers: { system: string; value: string }[];
+}
+
+/** Folds a batch into the last state of each resource it touches. */
+const foldBatch = (events: readonly RecordedEvent[]): ResourceRowChange[] => {
+  const rows = new Map<string, ResourceRowChange>();
+  for (const event of events) {
+    const kind = resourceEventKind(event.type);
+    if (!kind) continue;
+    const { resourceType } = kind;
+    const versionId = Number(event.revision) + 1;
+    const id = (event.data as { id: number }).id;
+    const key = `${resourceType}/${id}`;
+    const previous = rows.get(key);
+    // An event at or below a version this batch already holds was delivered again: no change.
+    if (previous && versionId <= previous.version_id) continue;
+    if (kind.kind === 'deleted') {
+      const d = event.data as DeletedData;
+      rows.set(key, {
+        ...(previous ?? {
+          resource_type: resourceType,
+          id,
+          tenant_id: event.metadata.tenantId,
+          content: null,
+          patient_id: null,
+          encounter_id: null,
+          project: null,
+          author: null,
+          created: false,
+        }),
+        version_id: versionId,
+        last_updated: d.at,
+        deleted: true,
+        identifiers: [],
+      });
+      continue;
+    }
+    const d = event.data as CreatedData | ChangedData;
+    const { patientId, encounterId } = compartmentOf(resourceType, id, d.resource);
+    const created = kind.kind === 'created' ? (d as CreatedData) : undefined;
+    rows.set(key, {
+      resource_type: resourceType,
+      id,
+      tenant_id: created?.tenantId ?? previous?.tenant_id ?? event.metadata.tenantId,
+      version_id: versionId,
+      content: toFhirResource(resourceType, id, versionId, d.at, d.resource),
+      last_updated: d.at,
+      deleted: false,
+      patient_id: patientId ?? null,
+      encounter_id: encounterId ?? null,
+      project: created ? (created.project ?? null) : (previous?.project ?? null),
+      author: created ? (created.author ?? null) : (previous?.author ?? null),
+      created: created !== undefined || (previous?.created ?? false),
+      identifiers: identifiersOf(d.resource),
+    });
+  }
+  return [...rows.values()];
 };
+
+// One statement per batch: creations are inserted (or update an older row), other changes update
+// rows below their version; identifiers follow every row written. The DELETE and INSERT of
+// identifiers never touch the same row, so they are safe in one statement.
+const APPLY_SQL = `
+WITH input AS (
+  SELECT * FROM json_to_recordset($1::json) AS x(resource_type text, id integer, tenant_id integer,
+    version_id integer, content json, last_updated timestamptz, deleted boolean, patient_id integer,
+    encounter_id integer, project text, author text, created boolean, identifiers json)),
+inserted AS (
+  INSERT INTO rm_resources (resource_type, id, tenant_id, version_id, content, last_updated, deleted,
+                            patient_id, encounter_id, project, author)
+  SELECT resource_type, id, tenant_id, version_id, content, last_updated, deleted, patient_id, encounter_id,
+         project, author FROM input WHERE created
+  ON CONFLICT (resource_type, id) DO UPDATE SET version_id = EXCLUDED.version_id, content = EXCLUDED.content,
+    last_updated = EXCLUDED.last_updated, deleted = EXCLUDED.deleted, patient_id = EXCLUDED.patient_id,
+    encounter_id = EXCLUDED.encounter_id
+    WHERE rm_resources.version_id < EXCLUDED.version_id
+  RETURNING resource_type, id, tenant_id),
+updated AS (
+  UPDATE rm_resources r SET version_id = i.version_id, content = coalesce(i.content, r.content),
+    last_updated = i.last_updated, deleted = i.deleted,
+    patient_id = CASE WHEN i.content IS NULL THEN r.patient_id ELSE i.patient_id END,
+    encounter_id = CASE WHEN i.content IS NULL THEN r.encounter_id ELSE i.encounter_id END
+  FROM input i
+  WHERE NOT i.created AND r.resource_type = i.resource_type AND r.id = i.id AND r.version_id < i.version_id
+  RETURNING r.resource_type, r.id, r.tenant_id),
+written AS (SELECT * FROM inserted UNION ALL SELECT * FROM updated),
+wanted AS (
+  SELECT w.resource_type, w.id, w.tenant_id, s.system, s.value
+    FROM written w JOIN input i ON i.resource_type = w.resource_type AND i.id = w.id,
+         json_to_recordset(i.identifiers) AS s(system text, value text)),
+removed AS (
+  DELETE FROM rm_resource_identifiers d USING written w
+   WHERE d.resource_type = w.resource_type AND d.id = w.id
+     AND NOT EXISTS (SELECT 1 FROM wanted n WHERE n.resource_type = d.resource_type AND n.id = d.id
+                       AND n.tenant_id = d.tenant_id AND n.system = d.system AND n.value = d.value)),
+added AS (
+  INSERT INTO rm_resource_identifiers (resource_type, tenant_id, system, value, id)
+  SELECT resource_type, tenant_id, system, value, id FROM wanted ON CONFLICT DO NOTHING)
+SELECT count(*)::int AS written FROM written`;
+
+/** Every resource event type (Patient, Encounter, …), from the decider's names. */
+const RESOURCE_EVENT_TYPES = new Set(
+  Object.values(EVENT_NAMES).flatMap((names) => Object.values(names) as string[]),
+);
 
 export const resourcesProjection: Projection = {
   name: 'resources',
@@ -57,65 +161,20 @@ export const resourcesProjection: Projection = {
       value text NOT NULL,
       id integer NOT NULL,
       PRIMARY KEY (resource_type, tenant_id, system, value, id)
-    );`),
-  apply: async (event, tx) => {
-    const kind = resourceEventKind(event.type);
-    if (!kind) return;
-    const { resourceType } = kind;
-    const versionId = Number(event.revision) + 1;
-    if (kind.kind === 'created') {
-      const d = event.data as CreatedData;
-      const { patientId, encounterId } = compartmentOf(resourceType, d.id, d.resource);
-      const inserted = await tx.query(
-        `INSERT INTO rm_resources (resource_type, id, tenant_id, version_id, content, last_updated, deleted, patient_id, encounter_id, project, author)
-         VALUES ($1, $2, $3, $4, $5::json, $6, false, $7, $8, $9, $10) ON CONFLICT (resource_type, id) DO NOTHING RETURNING id`,
-        [
-          resourceType,
-          d.id,
-          d.tenantId,
-          versionId,
-          JSON.stringify(toFhirResource(resourceType, d.id, versionId, d.at, d.resource)),
-          d.at,
-          patientId ?? null,
-          encounterId ?? null,
-          d.project ?? null,
-          d.author ?? null,
-        ],
-      );
-      // A creation delivered again after later versions must not bring its old identifiers back.
-      if (inserted.length > 0) await writeIdentifiers(tx, resourceType, d.id, d.tenantId, d.resource);
-      await bumpSequence(tx, resourceType, d.id);
-      return;
-    }
-    if (kind.kind === 'deleted') {
-      const d = event.data as { id: number; at: string };
-      // Idempotent: a replayed older event never overwrites a newer version.
-      await tx.query(
-        `UPDATE rm_resources SET deleted = true, version_id = $3, last_updated = $4 WHERE resource_type = $1 AND id = $2 AND version_id < $3`,
-        [resourceType, d.id, versionId, d.at],
-      );
-      await tx.query(`DELETE FROM rm_resource_identifiers WHERE resource_type = $1 AND id = $2`, [
-        resourceType,
-        d.id,
-      ]);
-      return;
-    }
-    const d = event.data as ChangedData;
-    const { patientId, encounterId } = compartmentOf(resourceType, d.id, d.resource);
-    const rows = await tx.query<{ tenant_id: number }>(
-      `UPDATE rm_resources SET content = $3::json, version_id = $4, last_updated = $5, deleted = false, patient_id = $6, encounter_id = $7
-       WHERE resource_type = $1 AND id = $2 AND version_id < $4 RETURNING tenant_id`,
-      [
-        resourceType,
-        d.id,
-        JSON.stringify(toFhirResource(resourceType, d.id, versionId, d.at, d.resource)),
-        versionId,
-        d.at,
-        patientId ?? null,
-        encounterId ?? null,
-      ],
     );
-    if (rows[0]) await writeIdentifiers(tx, resourceType, d.id, Number(rows[0].tenant_id), d.resource);
+    CREATE INDEX IF NOT EXISTS rm_resource_identifiers_resource ON rm_resource_identifiers (resource_type, id);`),
+  handles: (type) => RESOURCE_EVENT_TYPES.has(type),
+  apply: async (events, tx, mode) => {
+    const rows = foldBatch(events);
+    if (rows.length === 0) return;
+    await tx.query(APPLY_SQL, [rowsParam(rows)]);
+    if (mode === 'catch-up') {
+      const highest = new Map<ResourceType, number>();
+      for (const row of rows)
+        if (row.created)
+          highest.set(row.resource_type, Math.max(highest.get(row.resource_type) ?? 0, row.id));
+      for (const [type, id] of highest) await bumpSequence(tx, type, id);
+    }
   },
 };
 

@@ -1,12 +1,26 @@
 /**
- * The projection runner (issue 2 §3, DESIGN.md §1–2): reads `$all` from the checkpoint, applies
- * every projection in order inside one transaction together with its checkpoint, then follows the
- * subscription. One active runner per database, elected with a Postgres advisory lock; standbys
- * wait for the lock. Commands wait on {@link ProjectionRunner.waitFor} for read-your-writes.
+ * The projection runner (docs/architecture.md "Projections"): keeps every read model in step
+ * with the log and reports on each.
+ *
+ * Each projection has a row in `projection_state`: `live`, `building` (catching up from its
+ * checkpoint) or `stopped` (it failed on an event, named in `detail`).
+ *
+ * - On the SQL stores (`inline` mode) live projections are applied inside every append's own
+ *   transaction ({@link ProjectionRunner.appendHook}): a write is readable as soon as it is
+ *   acknowledged, from any replica. A projection that is `building` is caught up from the log in
+ *   set-based batches; it turns `live` while holding the append lock exclusively, so no event
+ *   falls between the catch-up and the first inline append.
+ * - On KurrentDB (`async` mode) one elected runner follows `$all` in batches and checkpoints each
+ *   projection; commands wait for it ({@link ProjectionRunner.waitFor}) for read-your-writes.
+ *
+ * A projection that throws on an event stops only itself: it is marked `stopped` with the event's
+ * position, stream and error, logged, and reported on /readyz and /metrics. Appends that a stopped
+ * projection would have to apply are refused ({@link ReadModelUnavailable}), so a write never
+ * answers 2xx and then stays invisible. `casebook replay` rebuilds it.
  */
 
 import type { Logger } from 'pino';
-import { BehaviorSubject, filter, firstValueFrom, timeout } from 'rxjs';
+import { Subject } from 'rxjs';
 import type { Sql } from '../db/sql.js';
 import {
   comparePositions,
@@ -16,190 +30,622 @@ import {
   positionToString,
   type RecordedEvent,
 } from '../eventstore/port.js';
+import {
+  APPEND_LOCK_KEY,
+  type AppendHook,
+  AppendHookFailure,
+  SqlEventStore,
+} from '../eventstore/sql-event-store.js';
 import type { Projection } from './projection.js';
 
-/**
- * Advisory lock key of the projection runner. Advisory locks are database-wide, so the key names
- * the schema: deployments (and test runs) in different schemas of one database elect separately.
- */
+/** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
-const CATCH_UP_PAGE = 500;
-const RETRY_DELAY_MS = 1000;
+/** Events per catch-up transaction. */
+const CATCH_UP_PAGE = 5000;
+/** How often an idle runner looks for projections to build, milliseconds. */
+const IDLE_POLL_MS = 2000;
+/** How long a following runner waits for more events to batch with one that arrived, milliseconds. */
+const FOLLOW_BATCH_WAIT_MS = 5;
+/** Longest error text kept in `projection_state.detail`. */
+const MAX_ERROR_LENGTH = 500;
+
+const STATE_TABLE = `CREATE TABLE IF NOT EXISTS projection_state (
+  name text PRIMARY KEY,
+  status text NOT NULL,
+  checkpoint text,
+  detail jsonb,
+  updated_at timestamptz NOT NULL DEFAULT now()
+)`;
+
+export type ProjectionStatus = 'live' | 'building' | 'stopped';
+
+/** The event a projection stopped at, and why (no event data: it may hold patient data). */
+export interface ProjectionFailure {
+  readonly position: string;
+  readonly stream: string;
+  readonly eventId: string;
+  readonly eventType: string;
+  readonly error: string;
+  readonly at: string;
+}
+
+export interface ProjectionState {
+  readonly name: string;
+  readonly status: ProjectionStatus;
+  /** Last event applied while catching up or following (undefined: none, or inline only). */
+  readonly checkpoint: Position | undefined;
+  readonly failure: ProjectionFailure | undefined;
+  readonly updatedAt: Date;
+}
+
+/**
+ * A write needs a read model that is stopped (or unknown to this process): answered 503. With
+ * `stored` the events were written (they stopped the projection); without, nothing was written.
+ */
+export class ReadModelUnavailable extends Error {
+  override readonly name = 'ReadModelUnavailable';
+  constructor(
+    readonly projection: string,
+    readonly stored: boolean,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
+    const timer = setTimeout(done, ms);
+    function done() {
       clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
       resolve();
-    });
+    }
+    signal?.addEventListener('abort', done, { once: true });
   });
 
+/**
+ * Groups an event stream into batches: a batch is yielded when it holds `maxSize` events, or when
+ * no further event arrived within `maxWaitMs` of the last one.
+ */
+export async function* batches<T>(
+  source: AsyncIterable<T>,
+  maxSize: number,
+  maxWaitMs: number,
+): AsyncGenerator<T[]> {
+  const iterator = source[Symbol.asyncIterator]();
+  let pending: Promise<IteratorResult<T>> | undefined;
+  let batch: T[] = [];
+  try {
+    for (;;) {
+      pending ??= iterator.next();
+      const next =
+        batch.length === 0
+          ? await pending
+          : await Promise.race([
+              pending,
+              new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), maxWaitMs)),
+            ]);
+      if (next === 'timeout') {
+        yield batch;
+        batch = [];
+        continue;
+      }
+      pending = undefined;
+      if (next.done) break;
+      batch.push(next.value);
+      if (batch.length >= maxSize) {
+        yield batch;
+        batch = [];
+      }
+    }
+    if (batch.length > 0) yield batch;
+  } finally {
+    await iterator.return?.();
+  }
+}
+
+/**
+ * Whether an error thrown by a projection is about the event (bad data, a bug: stop the
+ * projection) rather than about the database connection (transient: fail the write, keep going).
+ */
+export const isPoison = (error: unknown): boolean => {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code))
+    // data exception, integrity violation, syntax/undefined object, internal error
+    return /^(22|23|42|XX)/.test(code);
+  return (
+    error instanceof TypeError ||
+    error instanceof RangeError ||
+    error instanceof SyntaxError ||
+    error instanceof ReferenceError
+  );
+};
+
+const failureOf = (event: RecordedEvent, error: unknown, now: Date): ProjectionFailure => ({
+  position: positionToString(event.position),
+  stream: event.streamName,
+  eventId: event.id,
+  eventType: event.type,
+  error: (error instanceof Error ? error.message : String(error))
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is removed
+    .replace(/[\u0000-\u001f\u007f]/g, ' ')
+    .slice(0, MAX_ERROR_LENGTH),
+  at: now.toISOString(),
+});
+
+const toState = (row: {
+  name: string;
+  status: string;
+  checkpoint: string | null;
+  detail: unknown;
+  updated_at: string | Date;
+}): ProjectionState => ({
+  name: row.name,
+  status: row.status as ProjectionStatus,
+  checkpoint: row.checkpoint ? parsePosition(row.checkpoint) : undefined,
+  failure: (row.detail as ProjectionFailure | null) ?? undefined,
+  updatedAt: new Date(row.updated_at),
+});
+
+export interface ProjectionRunnerOptions {
+  /** `inline` on the SQL stores, `async` on KurrentDB (default: from the store's kind). */
+  readonly mode?: 'inline' | 'async';
+  readonly clock?: () => Date;
+}
+
 export class ProjectionRunner {
-  /** The position every projection has applied, once known. */
-  readonly progress = new BehaviorSubject<Position | undefined>(undefined);
+  readonly mode: 'inline' | 'async';
+  /** Emits after projections applied events (inline appends, catch-up batches). */
+  readonly applied$ = new Subject<void>();
+  /** Async mode: the position every live projection has applied, once known. */
+  private progress: Position | undefined;
+  private readonly progress$ = new Subject<Position>();
+  /** Events whose inline append stopped a projection (event id → projection), for the handler. */
+  private readonly stoppedBy = new Map<string, string>();
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
-  private leader = false;
+  private readonly byName: ReadonlyMap<string, Projection>;
+  private readonly clock: () => Date;
 
   constructor(
     private readonly store: EventStore,
     private readonly sql: Sql,
     readonly projections: readonly Projection[],
     private readonly logger: Logger,
-  ) {}
-
-  /** Creates the checkpoint table and every projection's tables if missing. */
-  async migrate(): Promise<void> {
-    await this.sql.exec(
-      `CREATE TABLE IF NOT EXISTS projection_checkpoints (name text PRIMARY KEY, position text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`,
-    );
-    for (const projection of this.projections) await projection.migrate(this.sql);
-  }
-
-  /** Each projection's checkpoint (undefined = nothing applied yet). */
-  async checkpoints(sql: Sql = this.sql): Promise<Map<string, Position | undefined>> {
-    const rows = await sql.query<{ name: string; position: string }>(
-      `SELECT name, position FROM projection_checkpoints`,
-    );
-    const byName = new Map(rows.map((r) => [r.name, parsePosition(r.position)]));
-    return new Map(this.projections.map((p) => [p.name, byName.get(p.name)]));
-  }
-
-  /** The position all projections have reached: the least checkpoint (undefined if any is unset). */
-  async position(sql: Sql = this.sql): Promise<Position | undefined> {
-    let least: Position | undefined;
-    for (const position of (await this.checkpoints(sql)).values()) {
-      if (position === undefined) return undefined;
-      if (least === undefined || comparePositions(position, least) < 0) least = position;
+    options: ProjectionRunnerOptions = {},
+  ) {
+    this.mode = options.mode ?? (store.kind === 'kurrentdb' ? 'async' : 'inline');
+    this.byName = new Map(projections.map((p) => [p.name, p]));
+    this.clock = options.clock ?? (() => new Date());
+    if (this.mode === 'inline') {
+      if (!(store instanceof SqlEventStore))
+        throw new TypeError('inline projections need the SQL event store');
+      store.setAppendHook(this.appendHook());
     }
-    return least;
   }
 
   /**
-   * Applies `events` (in `$all` order) in one transaction: each projection gets the events after
-   * its own checkpoint, then its checkpoint moves to the last event.
+   * Creates the state table and every projection's tables if missing; a projection without a
+   * state row starts `building` (from the start of the log).
    */
-  async applyBatch(events: readonly RecordedEvent[]): Promise<void> {
-    const last = events.at(-1);
-    if (!last) return;
-    await this.sql.transaction(async (tx) => {
-      const checkpoints = await this.checkpoints(tx);
-      for (const projection of this.projections) {
-        const checkpoint = checkpoints.get(projection.name);
-        // A projection already past this batch (others are catching up) keeps its checkpoint:
-        // checkpoints only move forward, so no event is ever applied twice.
-        if (checkpoint && comparePositions(checkpoint, last.position) >= 0) continue;
-        for (const event of events) {
-          if (checkpoint && comparePositions(event.position, checkpoint) <= 0) continue;
-          await projection.apply(event, tx);
-        }
-        await tx.query(
-          `INSERT INTO projection_checkpoints (name, position, updated_at) VALUES ($1, $2, now())
-           ON CONFLICT (name) DO UPDATE SET position = EXCLUDED.position, updated_at = now()`,
-          [projection.name, positionToString(last.position)],
-        );
-      }
-    });
-    this.progress.next(last.position);
+  async migrate(): Promise<void> {
+    await this.sql.exec(STATE_TABLE);
+    for (const projection of this.projections) await projection.migrate(this.sql);
+    for (const projection of this.projections)
+      await this.sql.query(
+        `INSERT INTO projection_state (name, status) VALUES ($1, 'building') ON CONFLICT (name) DO NOTHING`,
+        [projection.name],
+      );
+  }
+
+  /** Every projection's state, in the runner's order. */
+  async states(sql: Sql = this.sql): Promise<ProjectionState[]> {
+    const rows = await sql.query<{
+      name: string;
+      status: string;
+      checkpoint: string | null;
+      detail: unknown;
+      updated_at: string | Date;
+    }>(`SELECT name, status, checkpoint, detail, updated_at FROM projection_state`);
+    const byName = new Map(rows.map((r) => [r.name, toState(r)]));
+    return this.projections.map(
+      (p) =>
+        byName.get(p.name) ?? {
+          name: p.name,
+          status: 'building',
+          checkpoint: undefined,
+          failure: undefined,
+          updatedAt: new Date(0),
+        },
+    );
   }
 
   /**
-   * Reads `$all` from the least checkpoint to the end in pages, one transaction per page.
-   * @param onProgress called after each page with the number of events applied so far.
+   * The hook the SQL store runs in every append transaction: applies the live projections to the
+   * events they handle; skips building ones (their catch-up will); refuses the append when a
+   * stopped projection (or one this process does not know, run live by a newer version) handles
+   * one of its events; turns a poison failure into a stop of that projection only.
+   */
+  appendHook(): AppendHook {
+    return {
+      apply: async (tx, events, statuses, failures) => {
+        if (events.length === 0) return;
+        for (const [name, status] of statuses)
+          if (status === 'live' && !this.byName.has(name))
+            throw new ReadModelUnavailable(
+              name,
+              false,
+              `read model ${name} is maintained by a newer casebook version; upgrade this process`,
+            );
+        for (const projection of this.projections) {
+          const relevant = events.filter((e) => projection.handles(e.type));
+          if (relevant.length === 0) continue;
+          const status = statuses.get(projection.name) ?? 'live';
+          if (status === 'building') continue;
+          if (status === 'stopped')
+            throw new ReadModelUnavailable(
+              projection.name,
+              false,
+              `read model ${projection.name} is stopped (see /readyz); this write was refused until it is rebuilt`,
+            );
+          if (failures.has(projection.name)) {
+            await this.applyIsolating(projection, relevant, tx);
+            continue;
+          }
+          try {
+            await projection.apply(relevant, tx, 'inline');
+          } catch (error) {
+            if (isPoison(error)) throw new AppendHookFailure(projection.name, undefined, error);
+            throw error;
+          }
+        }
+        queueMicrotask(() => this.applied$.next());
+      },
+    };
+  }
+
+  /**
+   * The retry of an append on which `projection` failed: applies its events one by one inside
+   * savepoints, stops the projection at the first that fails (the ones before stay applied).
+   */
+  private async applyIsolating(
+    projection: Projection,
+    events: readonly RecordedEvent[],
+    tx: Sql,
+  ): Promise<void> {
+    for (const event of events) {
+      await tx.exec('SAVEPOINT casebook_projection');
+      try {
+        await projection.apply([event], tx, 'inline');
+        await tx.exec('RELEASE SAVEPOINT casebook_projection');
+      } catch (error) {
+        await tx.exec('ROLLBACK TO SAVEPOINT casebook_projection');
+        const failure = failureOf(event, error, this.clock());
+        await this.markStopped(tx, projection.name, failure, undefined);
+        this.stoppedBy.set(event.id, projection.name);
+        if (this.stoppedBy.size > 1000) this.stoppedBy.delete(this.stoppedBy.keys().next().value!);
+        this.logger.error({ projection: projection.name, ...failure }, 'projection stopped on an event');
+        return;
+      }
+    }
+  }
+
+  /**
+   * The projection whose stop one of these (just appended) events caused, if any: the write was
+   * stored but is not readable through it.
+   */
+  stoppedByEvents(eventIds: readonly string[]): string | undefined {
+    for (const id of eventIds) {
+      const name = this.stoppedBy.get(id);
+      if (name !== undefined) return name;
+    }
+    return undefined;
+  }
+
+  private async markStopped(
+    sql: Sql,
+    name: string,
+    failure: ProjectionFailure,
+    checkpoint: Position | undefined,
+  ): Promise<void> {
+    await sql.query(
+      `UPDATE projection_state SET status = 'stopped', detail = $2::jsonb, updated_at = now(),
+         checkpoint = coalesce($3, checkpoint) WHERE name = $1`,
+      [name, JSON.stringify(failure), checkpoint ? positionToString(checkpoint) : null],
+    );
+  }
+
+  /**
+   * Brings every `building` projection up to the head of the log and turns it live (inline mode),
+   * or catches every projection up to the head (async mode). Waits while another process builds.
+   * @param onProgress after each batch: events read so far and the position reached.
    * @returns the number of events read.
    */
   async catchUp(
-    onProgress?: (applied: number, position: Position) => void,
+    onProgress?: (read: number, position: Position) => void,
     signal?: AbortSignal,
   ): Promise<number> {
-    let from = await this.position();
-    this.progress.next(from);
-    let applied = 0;
-    while (!signal?.aborted) {
-      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE });
-      if (page.length === 0) break;
-      await this.applyBatch(page);
-      applied += page.length;
-      from = page.at(-1)!.position;
-      onProgress?.(applied, from);
+    for (;;) {
+      const result = await this.sql.withConnection(async (conn) => {
+        const [lock] = await conn.query<{ ok: boolean }>(
+          `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
+        );
+        if (!lock?.ok) return undefined;
+        try {
+          return this.mode === 'inline'
+            ? await this.buildInline(onProgress, signal)
+            : await this.follow(onProgress, signal, false);
+        } finally {
+          await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`).catch(() => undefined);
+        }
+      });
+      if (result !== undefined) return result;
+      // Another process is building: wait until it is done.
+      if (signal?.aborted) return 0;
+      const states = await this.states();
+      if (this.mode === 'inline' && !states.some((s) => s.status === 'building')) return 0;
+      if (this.mode === 'async') return 0;
+      await sleep(200, signal);
     }
-    return applied;
+  }
+
+  /** Inline mode: catches `building` projections up in batches, then turns them live. */
+  private async buildInline(
+    onProgress: ((read: number, position: Position) => void) | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<number> {
+    const building = () => this.states().then((states) => states.filter((s) => s.status === 'building'));
+    const pending = await building();
+    if (pending.length === 0) return 0;
+    let read = 0;
+    const checkpoints = new Map(pending.map((s) => [s.name, s.checkpoint]));
+    const least = () => {
+      let from: Position | undefined;
+      for (const position of checkpoints.values()) {
+        if (position === undefined) return undefined;
+        if (from === undefined || comparePositions(position, from) < 0) from = position;
+      }
+      return from;
+    };
+    // Catch up without blocking appends while there is more than a page to read.
+    while (!signal?.aborted && checkpoints.size > 0) {
+      const from = least();
+      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE });
+      if (page.length < CATCH_UP_PAGE) break;
+      await this.applyCatchUp(page, checkpoints, this.sql);
+      read += page.length;
+      onProgress?.(read, page.at(-1)!.position);
+    }
+    if (signal?.aborted || checkpoints.size === 0) return read;
+    // The last pages under the append lock, then live: no append can fall in between.
+    read += await this.sql.transaction(async (tx) => {
+      await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
+      let count = 0;
+      for (;;) {
+        const from = least();
+        const page = await SqlEventStore.readAllOn(
+          tx,
+          { ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE },
+          false,
+        );
+        if (page.length === 0) break;
+        await this.applyCatchUp(page, checkpoints, tx);
+        count += page.length;
+        onProgress?.(read + count, page.at(-1)!.position);
+      }
+      for (const name of checkpoints.keys())
+        await tx.query(
+          `UPDATE projection_state SET status = 'live', detail = NULL, updated_at = now() WHERE name = $1 AND status = 'building'`,
+          [name],
+        );
+      return count;
+    });
+    this.applied$.next();
+    return read;
   }
 
   /**
-   * Drops every read model and its checkpoint, recreates them and rebuilds them from the log
-   * (`casebook replay`). Must not run while a runner is active on the same database: it takes the
-   * runner's advisory lock and fails if another process holds it.
-   * @throws {Error} when another process's runner holds the lock.
+   * Applies one page to every projection in `checkpoints` (those after its checkpoint, of types it
+   * handles) in one transaction of `sql`, moving each checkpoint to the page's end. A projection
+   * that fails is found event by event, stopped there and removed from `checkpoints`; the page is
+   * then applied again to the others.
    */
-  async rebuild(onProgress?: (applied: number, position: Position) => void): Promise<number> {
-    return this.sql.withConnection(async (conn) => {
-      const [lock] = await conn.query<{ ok: boolean }>(
-        `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
-      );
-      if (!lock?.ok)
-        throw new Error('a projection runner is active on this database: stop it before replaying');
+  private async applyCatchUp(
+    page: readonly RecordedEvent[],
+    checkpoints: Map<string, Position | undefined>,
+    sql: Sql,
+  ): Promise<void> {
+    const last = page.at(-1)!.position;
+    const run = async (tx: Sql) => {
+      for (const [name, checkpoint] of checkpoints) {
+        const projection = this.byName.get(name)!;
+        const relevant = page.filter(
+          (e) => projection.handles(e.type) && (!checkpoint || comparePositions(e.position, checkpoint) > 0),
+        );
+        if (relevant.length > 0) {
+          try {
+            await projection.apply(relevant, tx, 'catch-up');
+          } catch (error) {
+            throw new AppendHookFailure(name, undefined, error);
+          }
+        }
+        await tx.query(`UPDATE projection_state SET checkpoint = $2, updated_at = now() WHERE name = $1`, [
+          name,
+          positionToString(last),
+        ]);
+      }
+    };
+    for (;;) {
+      const savepoint = sql !== this.sql;
       try {
-        await this.sql.transaction(async (tx) => {
-          for (const projection of this.projections)
-            for (const table of projection.tables) await tx.exec(`DROP TABLE IF EXISTS ${table} CASCADE`);
-          await tx.exec(`DROP TABLE IF EXISTS projection_checkpoints`);
-        });
-        await this.migrate();
-        return await this.catchUp(onProgress);
-      } finally {
-        await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`);
+        if (savepoint) {
+          await sql.exec('SAVEPOINT casebook_catch_up');
+          await run(sql);
+          await sql.exec('RELEASE SAVEPOINT casebook_catch_up');
+        } else await sql.transaction(run);
+        for (const name of checkpoints.keys()) checkpoints.set(name, last);
+        return;
+      } catch (error) {
+        if (savepoint) await sql.exec('ROLLBACK TO SAVEPOINT casebook_catch_up');
+        if (!(error instanceof AppendHookFailure) || !isPoison(error.cause))
+          throw error instanceof AppendHookFailure ? error.cause : error;
+        await this.stopAtFailingEvent(error.key, page, checkpoints.get(error.key), sql);
+        checkpoints.delete(error.key);
+        if (checkpoints.size === 0) return;
+      }
+    }
+  }
+
+  /**
+   * Finds the event of `page` that `name` fails on (each inside a savepoint of one transaction of
+   * `sql`) and stops the projection there; the events before it stay applied.
+   */
+  private async stopAtFailingEvent(
+    name: string,
+    page: readonly RecordedEvent[],
+    checkpoint: Position | undefined,
+    sql: Sql,
+  ): Promise<void> {
+    const projection = this.byName.get(name)!;
+    await sql.transaction(async (tx) => {
+      let applied = checkpoint;
+      for (const event of page) {
+        if (
+          !projection.handles(event.type) ||
+          (checkpoint && comparePositions(event.position, checkpoint) <= 0)
+        )
+          continue;
+        await tx.exec('SAVEPOINT casebook_isolate');
+        try {
+          await projection.apply([event], tx, 'catch-up');
+          await tx.exec('RELEASE SAVEPOINT casebook_isolate');
+          applied = event.position;
+        } catch (error) {
+          await tx.exec('ROLLBACK TO SAVEPOINT casebook_isolate');
+          const failure = failureOf(event, error, this.clock());
+          await this.markStopped(tx, name, failure, applied);
+          this.logger.error({ projection: name, ...failure }, 'projection stopped on an event');
+          return;
+        }
       }
     });
   }
 
-  /** Starts the runner in the background: election, catch-up, then the live subscription. */
+  /**
+   * Async mode: applies `$all` to every live projection from its checkpoint, in batches; with
+   * `live` it then follows the subscription until `signal` aborts.
+   */
+  private async follow(
+    onProgress: ((read: number, position: Position) => void) | undefined,
+    signal: AbortSignal | undefined,
+    live: boolean,
+  ): Promise<number> {
+    const states = await this.states();
+    const checkpoints = new Map(
+      states.filter((s) => s.status !== 'stopped').map((s) => [s.name, s.checkpoint] as const),
+    );
+    const least = () => {
+      let from: Position | undefined;
+      for (const position of checkpoints.values()) {
+        if (position === undefined) return undefined;
+        if (from === undefined || comparePositions(position, from) < 0) from = position;
+      }
+      return from;
+    };
+    const reached = (position: Position) => {
+      this.progress = position;
+      this.progress$.next(position);
+      this.applied$.next();
+    };
+    let read = 0;
+    while (!signal?.aborted && checkpoints.size > 0) {
+      const from = least();
+      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE });
+      if (page.length === 0) break;
+      await this.applyCatchUp(page, checkpoints, this.sql);
+      read += page.length;
+      onProgress?.(read, page.at(-1)!.position);
+      reached(page.at(-1)!.position);
+    }
+    if (this.progress === undefined) {
+      const from = least();
+      if (from) reached(from);
+    }
+    if (!live) return read;
+    const from = least();
+    const events = this.store.subscribeToAll({ ...(from ? { from } : {}), ...(signal ? { signal } : {}) });
+    for await (const batch of batches(events, CATCH_UP_PAGE, FOLLOW_BATCH_WAIT_MS)) {
+      if (checkpoints.size === 0) break;
+      await this.applyCatchUp(batch, checkpoints, this.sql);
+      read += batch.length;
+      reached(batch.at(-1)!.position);
+    }
+    return read;
+  }
+
+  /**
+   * Drops and recreates the read models of `names` (default: all) and rebuilds them from the log
+   * (`casebook replay`). On the SQL stores the reset happens under the append lock and the rebuild
+   * is a catch-up: writes go on meanwhile and become visible when the projection is live again.
+   */
+  async rebuild(
+    onProgress?: (read: number, position: Position) => void,
+    names: readonly string[] = this.projections.map((p) => p.name),
+  ): Promise<number> {
+    for (const name of names) if (!this.byName.has(name)) throw new Error(`no projection named ${name}`);
+    await this.sql.exec(STATE_TABLE);
+    await this.sql.transaction(async (tx) => {
+      if (this.mode === 'inline') await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
+      for (const name of names) {
+        const projection = this.byName.get(name)!;
+        for (const table of projection.tables) await tx.exec(`DROP TABLE IF EXISTS ${table} CASCADE`);
+        await projection.migrate(tx);
+        await tx.query(
+          `INSERT INTO projection_state (name, status, checkpoint, detail) VALUES ($1, 'building', NULL, NULL)
+           ON CONFLICT (name) DO UPDATE SET status = 'building', checkpoint = NULL, detail = NULL, updated_at = now()`,
+          [name],
+        );
+      }
+    });
+    this.progress = undefined;
+    return this.catchUp(onProgress);
+  }
+
+  /** Starts the background work: building projections (inline) or following the log (async). */
   start(): void {
     if (this.loop) return;
     const abort = new AbortController();
     this.abort = abort;
-    this.loop = this.sql
-      .withConnection(async (conn) => {
-        while (!abort.signal.aborted) {
-          const [lock] = await conn.query<{ ok: boolean }>(
-            `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
-          );
-          if (lock?.ok) break;
-          await sleep(2000, abort.signal);
-        }
-        if (abort.signal.aborted) return;
-        this.leader = true;
+    this.loop = (async () => {
+      while (!abort.signal.aborted) {
         try {
-          await this.follow(abort.signal);
-        } finally {
-          this.leader = false;
-          await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`).catch(() => undefined);
+          if (this.mode === 'inline') {
+            await this.catchUp(undefined, abort.signal);
+            await sleep(IDLE_POLL_MS, abort.signal);
+          } else {
+            await this.sql.withConnection(async (conn) => {
+              const [lock] = await conn.query<{ ok: boolean }>(
+                `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
+              );
+              if (!lock?.ok) return sleep(IDLE_POLL_MS, abort.signal);
+              try {
+                await this.follow(undefined, abort.signal, true);
+              } finally {
+                await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`).catch(() => undefined);
+              }
+            });
+          }
+        } catch (error) {
+          if (abort.signal.aborted) return;
+          this.logger.error({ err: error }, 'projection runner failed; retrying');
+          await sleep(1000, abort.signal);
         }
-      })
-      .catch((error: unknown) => {
-        this.logger.error({ err: error }, 'projection runner stopped');
-      });
-  }
-
-  private async follow(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      try {
-        await this.catchUp(undefined, signal);
-        const from = this.progress.value;
-        for await (const event of this.store.subscribeToAll({ ...(from ? { from } : {}), signal })) {
-          await this.applyBatch([event]);
-        }
-      } catch (error) {
-        if (signal.aborted) return;
-        // A failing projection is retried, never skipped: a skipped event would corrupt the model.
-        this.logger.error({ err: error }, 'projection failed; retrying');
-        await sleep(RETRY_DELAY_MS, signal);
       }
-    }
+    })();
   }
 
-  /** Stops the background runner and waits for it. */
+  /** Stops the background work and waits for it. */
   async stop(): Promise<void> {
     this.abort?.abort();
     await this.loop;
@@ -207,26 +653,21 @@ export class ProjectionRunner {
   }
 
   /**
-   * Waits until every projection has applied `position` (read-your-writes, DESIGN.md §2). Follows
-   * this process's runner when it is the active one; otherwise polls the checkpoints written by
-   * the active runner in another process.
+   * Read-your-writes: resolves true once every live projection has applied `position`. Inline
+   * mode is always true (the append applied them). Async mode follows this process's runner, or
+   * the checkpoints another process writes.
    * @param timeoutMs bound of the wait, milliseconds.
-   * @returns true when reached, false when the bound passed first.
+   * @returns false when the bound passed first.
    */
   async waitFor(position: Position, timeoutMs = 5000): Promise<boolean> {
+    if (this.mode === 'inline') return true;
     const reached = (p: Position | undefined) => p !== undefined && comparePositions(p, position) >= 0;
-    if (reached(this.progress.value)) return true;
-    if (this.leader) {
-      return firstValueFrom(this.progress.pipe(filter(reached), timeout(timeoutMs))).then(
-        () => true,
-        () => false,
-      );
-    }
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      if (this.leader) return this.waitFor(position, deadline - Date.now());
-      if (reached(await this.position())) return true;
-      await sleep(25);
+      if (reached(this.progress)) return true;
+      const states = (await this.states()).filter((s) => s.status === 'live');
+      if (states.length > 0 && states.every((s) => reached(s.checkpoint))) return true;
+      await sleep(Math.min(25, Math.max(1, deadline - Date.now())));
     }
     return false;
   }

@@ -1,9 +1,88 @@
 /** Read model of sessions (spec §2.4): `rm_sessions`, looked up by id and by cookie hash. */
 
+import { bumpSequence } from '../db/sequences.js';
 import type { Sql } from '../db/sql.js';
-import type { SessionEvent } from '../domain/session/session.js';
-import type { Projection } from './projection.js';
-import { bumpSequence } from './sequences.js';
+import type { SessionCreatedData, SessionEvent } from '../domain/session/session.js';
+import type { RecordedEvent } from '../eventstore/port.js';
+import { type Projection, rowsParam } from './projection.js';
+
+/** The state of one session after a batch. */
+interface SessionRowChange {
+  id: number;
+  revision: number;
+  /** The creation, when the batch holds it: the row is inserted when missing. */
+  created: SessionCreatedData | null;
+  status: 'inactive' | 'active' | 'ended';
+  cookie_hash: string | null;
+  last_modified_at: string;
+}
+
+const foldSessions = (events: readonly RecordedEvent[]): SessionRowChange[] => {
+  const rows = new Map<number, SessionRowChange>();
+  for (const event of events) {
+    const e = { type: event.type, data: event.data } as SessionEvent;
+    const id = e.data.sessionId;
+    const revision = Number(event.revision);
+    const previous = rows.get(id);
+    if (previous && revision <= previous.revision) continue;
+    switch (e.type) {
+      case 'SessionCreated':
+        rows.set(id, {
+          id,
+          revision,
+          created: e.data,
+          status: 'inactive',
+          cookie_hash: null,
+          last_modified_at: e.data.createdAt,
+        });
+        break;
+      case 'SessionHandedOver':
+        rows.set(id, {
+          id,
+          revision,
+          created: previous?.created ?? null,
+          status: 'active',
+          cookie_hash: e.data.cookieHash,
+          last_modified_at: e.data.at,
+        });
+        break;
+      case 'SessionEnded':
+        rows.set(id, {
+          id,
+          revision,
+          created: previous?.created ?? null,
+          status: 'ended',
+          cookie_hash: null,
+          last_modified_at: e.data.at,
+        });
+        break;
+    }
+  }
+  return [...rows.values()];
+};
+
+const SESSION_EVENTS = new Set(['SessionCreated', 'SessionHandedOver', 'SessionEnded']);
+
+// Creations are inserted (or update an older row); other changes update rows below their revision.
+const APPLY_SQL = `
+WITH input AS (
+  SELECT x.*, (x.created->>'tenantId')::int AS tenant_id FROM json_to_recordset($1::json)
+    AS x(id integer, revision integer, created json, status text, cookie_hash text, last_modified_at timestamptz)),
+inserted AS (
+  INSERT INTO rm_sessions (id, tenant_id, client_id, user_id, patient_id, encounter_id, scopes, deployment_mode,
+    post_submit_redirect, post_cancel_redirect, status, cookie_hash, created_at, last_modified_at, expires_at, revision)
+  SELECT id, tenant_id, created->>'clientId', (created->>'userId')::int, (created->>'patientId')::int,
+         (created->>'encounterId')::int, (created->'scopes')::jsonb, created->>'deploymentMode',
+         created->>'postSubmitRedirect', created->>'postCancelRedirect', status, cookie_hash,
+         (created->>'createdAt')::timestamptz, last_modified_at, (created->>'expiresAt')::timestamptz, revision
+    FROM input WHERE created IS NOT NULL
+  ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, cookie_hash = EXCLUDED.cookie_hash,
+    last_modified_at = EXCLUDED.last_modified_at, revision = EXCLUDED.revision
+    WHERE rm_sessions.revision < EXCLUDED.revision
+  RETURNING id)
+UPDATE rm_sessions s SET status = i.status, cookie_hash = i.cookie_hash, last_modified_at = i.last_modified_at,
+  revision = i.revision
+  FROM input i WHERE i.created IS NULL AND s.id = i.id AND s.revision < i.revision`;
 
 export const sessionsProjection: Projection = {
   name: 'sessions',
@@ -24,50 +103,18 @@ export const sessionsProjection: Projection = {
       cookie_hash text UNIQUE,
       created_at timestamptz NOT NULL,
       last_modified_at timestamptz NOT NULL,
-      expires_at timestamptz NOT NULL
+      expires_at timestamptz NOT NULL,
+      revision integer NOT NULL DEFAULT 0
     );
     CREATE INDEX IF NOT EXISTS rm_sessions_tenant ON rm_sessions (tenant_id);`),
-  apply: async (event, tx) => {
-    const e = { type: event.type, data: event.data } as SessionEvent;
-    switch (e.type) {
-      case 'SessionCreated': {
-        const d = e.data;
-        await tx.query(
-          `INSERT INTO rm_sessions (id, tenant_id, client_id, user_id, patient_id, encounter_id, scopes, deployment_mode,
-             post_submit_redirect, post_cancel_redirect, status, created_at, last_modified_at, expires_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, 'inactive', $11, $11, $12) ON CONFLICT (id) DO NOTHING`,
-          [
-            d.sessionId,
-            d.tenantId,
-            d.clientId,
-            d.userId,
-            d.patientId,
-            d.encounterId,
-            JSON.stringify(d.scopes),
-            d.deploymentMode,
-            d.postSubmitRedirect,
-            d.postCancelRedirect,
-            d.createdAt,
-            d.expiresAt,
-          ],
-        );
-        await bumpSequence(tx, 'session', d.sessionId);
-        return;
-      }
-      case 'SessionHandedOver':
-        await tx.query(
-          `UPDATE rm_sessions SET status = 'active', cookie_hash = $2, last_modified_at = $3 WHERE id = $1`,
-          [e.data.sessionId, e.data.cookieHash, e.data.at],
-        );
-        return;
-      case 'SessionEnded':
-        await tx.query(
-          `UPDATE rm_sessions SET status = 'ended', cookie_hash = NULL, last_modified_at = $2 WHERE id = $1`,
-          [e.data.sessionId, e.data.at],
-        );
-        return;
-      default:
-        return;
+  handles: (type) => SESSION_EVENTS.has(type),
+  apply: async (events, tx, mode) => {
+    const rows = foldSessions(events);
+    if (rows.length === 0) return;
+    await tx.query(APPLY_SQL, [rowsParam(rows)]);
+    if (mode === 'catch-up') {
+      const highest = Math.max(0, ...rows.filter((r) => r.created).map((r) => r.id));
+      if (highest > 0) await bumpSequence(tx, 'session', highest);
     }
   },
 };

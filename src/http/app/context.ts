@@ -7,12 +7,11 @@ import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import type { CommandContext } from '../../commands/context.js';
 import { DomainError } from '../../domain/decider.js';
-import { isAllowed, type Principal } from '../../fhir/access.js';
+import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
 import { type ResourceRow, readResource } from '../../projections/resources.js';
 import type { SessionRow } from '../../projections/sessions.js';
 import { sessionFromCookie } from '../auth/sessions.js';
 import { sessionPrincipal } from '../fhir/principal.js';
-import { targetOf } from '../fhir/router.js';
 import { escapeHtml } from './layout.js';
 
 export interface PageContext {

@@ -5,15 +5,15 @@
  */
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
-import { checkRedirect, loadTenant } from '../../commands/sessions.js';
+import { execute } from '../../commands/handler.js';
+import { saveReport } from '../../commands/reports.js';
+import { checkRedirect, readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
 import { type ResourceRow, readResource } from '../../projections/resources.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
-import { DEFINITIONS } from '../fhir/definitions.js';
-import { fhirHandlers } from '../fhir/router.js';
 import { tenantResolver } from '../sdc/resolve.js';
 import {
   carriedInputs,
@@ -248,7 +248,7 @@ const redirectTarget = async (
   append: Record<string, string>,
 ): Promise<{ url?: string; problem?: string }> => {
   if (!target) return {};
-  const tenant = await loadTenant(page.command, page.session.tenantId);
+  const tenant = await readTenant(page.command.store, page.session.tenantId);
   try {
     const url = new URL(
       checkRedirect(target, [...globalRedirectOrigins(casebook), ...tenant.redirectOrigins], field),
@@ -370,18 +370,17 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
     return;
   }
 
-  const handlers = fhirHandlers();
-  await handlers.update(page.command, page.principal, DEFINITIONS.QuestionnaireResponse, response.id, next);
-  if (status === 'completed' && task.resource.status !== 'completed') {
-    const { resourceType: _tt, id: _ti, meta: _tm, ...taskContent } = task.resource;
-    await handlers.update(page.command, page.principal, DEFINITIONS.Task, task.id, {
-      resourceType: 'Task',
-      ...taskContent,
-      status: 'completed',
-    });
-  }
-  const head = await page.command.store.headPosition();
-  if (head) await page.command.waitForProjections(head);
+  // One append: the response and the Task (completed on submit) move together.
+  await execute(page.command, (uow) =>
+    saveReport(
+      uow,
+      page.principal,
+      task.id,
+      response.id,
+      next as unknown as Record<string, unknown>,
+      status === 'completed',
+    ),
+  );
 
   if (action === 'save') {
     ctx.status = 303;

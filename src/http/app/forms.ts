@@ -4,13 +4,13 @@
  */
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
+import { execute } from '../../commands/handler.js';
+import { startReport } from '../../commands/reports.js';
 import { DomainError } from '../../domain/decider.js';
-import { isAllowed } from '../../fhir/access.js';
+import { isAllowed, targetOf } from '../../fhir/access.js';
 import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
-import { DEFINITIONS } from '../fhir/definitions.js';
-import { fhirHandlers, targetOf } from '../fhir/router.js';
 import {
   carriedInputs,
   loadTask,
@@ -136,22 +136,8 @@ export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void
     author: { reference: page.principal.userRef! },
     authored: page.command.now.toISOString(),
   };
-  const handlers = fhirHandlers();
-  const created = await handlers.create(page.command, page.principal, DEFINITIONS.QuestionnaireResponse, qr);
-  const reference = { reference: `QuestionnaireResponse/${created.id}` };
-  const { resourceType: _t, id: _i, meta: _m, ...content } = task.resource;
-  const outputs = (Array.isArray(content.output) ? (content.output as Record<string, unknown>[]) : []).filter(
-    (o) => referenceId(o?.valueReference, 'QuestionnaireResponse') === undefined,
-  );
-  await handlers.update(page.command, page.principal, DEFINITIONS.Task, task.id, {
-    resourceType: 'Task',
-    ...content,
-    status: 'in-progress',
-    focus: reference,
-    output: [...outputs, { type: { text: 'questionnaire-response' }, valueReference: reference }],
-  });
-  const head = await page.command.store.headPosition();
-  if (head) await page.command.waitForProjections(head);
+  // One append: the response and the Task moved to in-progress (a concurrent start answers 409).
+  await execute(page.command, (uow) => startReport(uow, page.principal, task.id, qr));
   const appUrl = casebook.config.appUrl.replace(/\/+$/, '');
   ctx.status = 303;
   ctx.set('Cache-Control', 'no-store');

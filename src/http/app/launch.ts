@@ -5,10 +5,10 @@ import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
+import { tokenOf } from '../../fhir/resources.js';
 import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
 import { SESSION_COOKIE } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
-import { tokenOf } from '../fhir/router.js';
 import { authorizeTask, pageContext, responseIdOf, sendHtml, withQuery } from './context.js';
 import { escapeHtml } from './layout.js';
 

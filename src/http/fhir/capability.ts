@@ -3,8 +3,8 @@
  * server implements, built from the same tables the router uses.
  */
 import { RESOURCE_TYPES } from '../../domain/fhir/resource.js';
-import { DEFINITIONS } from './definitions.js';
-import { SEARCH_PARAMETERS } from './search.js';
+import { DEFINITIONS } from '../../fhir/definitions.js';
+import { SEARCH_PARAMETERS } from '../../fhir/search.js';
 
 const SEARCH_TYPES: Record<string, string> = {
   id: 'token',

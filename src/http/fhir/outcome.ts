@@ -7,6 +7,7 @@
 import type { Context } from 'koa';
 import { ZodError } from 'zod';
 import { DomainError } from '../../domain/decider.js';
+import { ResourceValidationError } from '../../fhir/resources.js';
 import { formatPath, toProblem } from '../errors.js';
 
 const DEFAULT_CODES: Record<number, string> = {
@@ -35,18 +36,6 @@ export const operationOutcome = (issues: readonly Issue[]) => ({
   resourceType: 'OperationOutcome',
   issue: issues,
 });
-
-/** A resource body that failed validation: answered 422 with one issue per problem. */
-export class ResourceValidationError extends Error {
-  constructor(
-    readonly resourceType: string,
-    readonly zodError: ZodError,
-    /** The body that failed, to tell a missing element (`required`) from a wrong one (`invalid`). */
-    readonly body?: unknown,
-  ) {
-    super(`invalid ${resourceType}`);
-  }
-}
 
 /** The value at a zod path inside `body`, undefined when absent. */
 const valueAt = (body: unknown, path: readonly PropertyKey[]): unknown =>

@@ -12,12 +12,13 @@
  */
 import type { Context } from 'koa';
 import { DomainError } from '../../domain/decider.js';
-import { authorize } from '../../fhir/access.js';
+import { authorize, targetOf } from '../../fhir/access.js';
+import { idOf } from '../../fhir/resources.js';
 import { readResource } from '../../projections/resources.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { CanonicalResolver, Json } from '../../sdc/types.js';
+import { requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { idOf, requireFhirJson, targetOf } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 

@@ -1,10 +1,10 @@
 import { ZodError, z } from 'zod';
 import { DomainError } from '../../domain/decider.js';
+import { ResourceValidationError } from '../../fhir/resources.js';
 import { extract } from '../../sdc/extract.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
-import { ResourceValidationError } from '../fhir/outcome.js';
+import { requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { requireFhirJson } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 

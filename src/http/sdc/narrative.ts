@@ -2,8 +2,8 @@ import { ZodError, z } from 'zod';
 import { DomainError } from '../../domain/decider.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { requireFhirJson } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 

@@ -10,12 +10,13 @@ import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
 import { isResourceType } from '../../domain/fhir/resource.js';
-import { authorize, type Principal } from '../../fhir/access.js';
+import { authorize, type Principal, targetOf } from '../../fhir/access.js';
+import { idOf } from '../../fhir/resources.js';
 import { readResource } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
+import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { FHIR_JSON, idOf, requireFhirJson, targetOf } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 

@@ -4,10 +4,9 @@
  * none is given).
  */
 import type { Casebook } from '../../casebook.js';
-import { isAllowed, type Principal } from '../../fhir/access.js';
+import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
 import { searchResources } from '../../projections/resources.js';
 import type { CanonicalResolver, Json } from '../../sdc/types.js';
-import { targetOf } from '../fhir/router.js';
 
 /** Splits `url|version`. */
 export const splitCanonical = (canonical: string): { url: string; version: string | undefined } => {

@@ -1,8 +1,8 @@
 import { DomainError } from '../../domain/decider.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
+import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { FHIR_JSON, requireFhirJson } from '../fhir/router.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 

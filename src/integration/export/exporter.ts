@@ -9,18 +9,19 @@
 import type { Logger } from 'pino';
 import { v5 as uuidv5 } from 'uuid';
 import type { CommandContext } from '../../commands/context.js';
-import { toNewEvents } from '../../commands/context.js';
+import { execute } from '../../commands/handler.js';
 import type { Sql } from '../../db/sql.js';
-import type { Content } from '../../domain/fhir/resource.js';
-import { resourceStream } from '../../domain/fhir/resource.js';
-import type { Actor, EventStore } from '../../eventstore/port.js';
 import {
+  exportDecider,
   exportStream,
   REPORT_EXPORT_FAILED,
   REPORT_EXPORTED,
   type ReportExportedData,
   type ReportExportFailedData,
-} from '../../projections/export-outbox.js';
+} from '../../domain/export/export.js';
+import type { Content } from '../../domain/fhir/resource.js';
+import { resourceStream } from '../../domain/fhir/resource.js';
+import type { Actor, EventStore } from '../../eventstore/port.js';
 import { readResource, searchResources } from '../../projections/resources.js';
 import type { ProjectionRunner } from '../../projections/runner.js';
 import { generateNarrative } from '../../sdc/narrative.js';
@@ -162,7 +163,7 @@ export class Exporter {
   private async follow(signal: AbortSignal): Promise<void> {
     // New outbox rows wake the loop at once when the runner is in this process.
     const wake = (resolve: () => void) => {
-      const subscription = this.deps.runner.progress.subscribe({ next: () => resolve() });
+      const subscription = this.deps.runner.applied$.subscribe({ next: () => resolve() });
       return () => subscription.unsubscribe();
     };
     while (!signal.aborted) {
@@ -172,14 +173,7 @@ export class Exporter {
         if (signal.aborted) return;
         this.deps.logger.error({ err: error }, 'report export pass failed; retrying');
       }
-      // BehaviorSubject replays its value on subscribe: skip that first emission.
-      let first = true;
-      await sleep(this.pollMs, signal, (resolve) =>
-        wake(() => {
-          if (first) first = false;
-          else resolve();
-        }),
-      );
+      await sleep(this.pollMs, signal, wake);
     }
   }
 
@@ -254,13 +248,21 @@ export class Exporter {
       );
     }
     const ctx = this.deps.context({ tenantId: row.tenantId, actor: ACTOR });
-    const [newEvent] = toNewEvents(ctx, [event]);
-    // A deterministic id: the same outcome recorded twice is one event.
-    const id = uuidv5(`${key}:${attempt}:${event.type}`, EVENT_NAMESPACE);
-    const result = await this.deps.store.append(exportStream(row.responseId), [{ ...newEvent!, id }], 'any');
+    // A command id derived from the outcome: the same outcome recorded twice is one event.
+    await execute(
+      ctx,
+      (uow) =>
+        uow.decide(
+          exportStream(row.responseId),
+          exportDecider,
+          event.type === REPORT_EXPORTED
+            ? { type: 'RecordDelivery', data: event.data as ReportExportedData }
+            : { type: 'RecordFailure', data: event.data as ReportExportFailedData },
+        ),
+      { commandId: uuidv5(`${key}:${attempt}:${event.type}`, EVENT_NAMESPACE) },
+    );
+    // Until the outbox shows this attempt (async read models), the row is not due again.
     this.recorded.set(key, attempt);
-    // Once projected, the outbox row itself shows the attempt.
-    if (await ctx.waitForProjections(result.position)) this.recorded.delete(key);
   }
 
   /** The report of one response version: its plain-text narrative and hospital identifiers. */

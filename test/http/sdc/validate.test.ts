@@ -5,7 +5,7 @@
  * even with errors, and 4xx OperationOutcomes for bad input.
  */
 import { expect } from 'chai';
-import { PROJECT_TAG_SYSTEM } from '../../../src/http/fhir/router.js';
+import { PROJECT_TAG_SYSTEM } from '../../../src/fhir/resources.js';
 import { GENERAL, MANAGED, seed, startTestApp, type TestApp } from '../../support/app.js';
 import { testDatabases } from '../../support/databases.js';
 import { type Credentials, expectOutcome, FHIR_JSON, type FhirResponse, fhir } from '../../support/fhir.js';

@@ -3,23 +3,20 @@
  * updates (`PUT Patient?identifier=…`), updates by id, creates (with `ifNoneExist`), deletes;
  * `urn:uuid:` references resolved between entries; a `transaction-response` Bundle.
  *
- * All-or-nothing on the SQL event stores: every entry's events are appended inside one database
- * transaction, committed only when every entry succeeded. KurrentDB has no transaction spanning
- * several commands: there each entry is atomic on its own and entries are applied in order, so a
- * failing entry leaves the earlier ones written (the error names the failing entry).
+ * All or nothing on every store: the entries are decisions of one unit of work, appended at once
+ * by one `appendMany` (one database transaction on the SQL stores, one multi-stream append on
+ * KurrentDB). An entry sees the streams earlier entries wrote (reservations, resources); searches
+ * of the read model do not see them until the Bundle is committed.
  */
 import { z } from 'zod';
-import type { Casebook } from '../../casebook.js';
-import type { CommandContext } from '../../commands/context.js';
-import { findByIdentifier, type WriteResult } from '../../commands/resources.js';
-import { DomainError } from '../../domain/decider.js';
-import type { Content, ResourceType } from '../../domain/fhir/resource.js';
-import { SqlEventStore } from '../../eventstore/sql-event-store.js';
-import { authorize, type Principal } from '../../fhir/access.js';
-import { toFhirResource } from '../../fhir/references.js';
-import { searchResources } from '../../projections/resources.js';
-import { ResourceValidationError } from './outcome.js';
-import { definitionOf, type FhirHandlers, idOf, ifMatchOf, targetOf, tokenOf } from './router.js';
+import { DomainError } from '../domain/decider.js';
+import type { Content } from '../domain/fhir/resource.js';
+import type { Principal } from '../fhir/access.js';
+import { toFhirResource } from '../fhir/references.js';
+import { definitionOf, idOf, ifMatchOf, ResourceValidationError } from '../fhir/resources.js';
+import { conditionalCreate, conditionalUpdate, create, ifNoneExistToken, remove, update } from './fhir.js';
+import type { UnitOfWork } from './handler.js';
+import type { WriteResult } from './resources.js';
 
 /** Upper bound on entries per transaction. */
 export const MAX_ENTRIES = 200;
@@ -101,15 +98,14 @@ interface EntryResult {
 }
 
 /**
- * Runs a transaction Bundle for `principal`.
+ * Runs a transaction Bundle for `principal` as decisions of `uow`.
  * @returns the transaction-response Bundle.
  * @throws {DomainError} 400 malformed bundle or unresolvable reference; the first failing entry's
- *   error otherwise (403 uncovered by scopes, 409, 412, 422…), with nothing written on SQL stores.
+ *   error otherwise (403 uncovered by scopes, 409, 412, 422…), named after the entry; nothing is
+ *   written then.
  */
 export const transaction = async (
-  casebook: Casebook,
-  handlers: FhirHandlers,
-  ctx: CommandContext,
+  uow: UnitOfWork,
   principal: Principal,
   body: unknown,
 ): Promise<Record<string, unknown>> => {
@@ -155,27 +151,7 @@ export const transaction = async (
     order.push(...pending.splice(next, 1));
   }
 
-  const run = async (c: CommandContext): Promise<EntryResult[]> => {
-    const resolved = new Map<string, string>();
-    const results: EntryResult[] = new Array(entries.length);
-    for (const index of order) {
-      const entry = entries[index]!;
-      try {
-        results[index] = await runEntry(c, entry, resolved);
-      } catch (error) {
-        throw atEntry(index, error);
-      }
-      const location = results[index]!.location;
-      if (entry.fullUrl && location) resolved.set(entry.fullUrl, location.split('/_history')[0]!);
-    }
-    return results;
-  };
-
-  const runEntry = async (
-    c: CommandContext,
-    entry: Entry,
-    resolved: Map<string, string>,
-  ): Promise<EntryResult> => {
+  const runEntry = async (entry: Entry, resolved: Map<string, string>): Promise<EntryResult> => {
     const [path, query] = entry.request.url.replace(/^\/+/, '').split('?', 2) as [string, string | undefined];
     const [type, rawId, ...rest] = path.split('/');
     const def = definitionOf(type ?? '');
@@ -194,94 +170,56 @@ export const transaction = async (
       location: `${def.type}/${result.id}/_history/${result.versionId}`,
       etag: `W/"${result.versionId}"`,
       lastModified: result.lastUpdated,
-      resource: toFhirResource(
-        def.type as ResourceType,
-        result.id,
-        result.versionId,
-        result.lastUpdated,
-        result.content,
-      ),
+      resource: toFhirResource(def.type, result.id, result.versionId, result.lastUpdated, result.content),
     });
     switch (entry.request.method) {
       case 'POST': {
         if (rawId !== undefined)
           throw new DomainError('invalid', 'UnsupportedUrl', 'POST goes to the resource type', 'request.url');
         if (entry.request.ifNoneExist) {
-          const params = new URLSearchParams(entry.request.ifNoneExist);
-          const identifier = params.get('identifier');
-          if (!identifier)
-            throw new DomainError(
-              'invalid',
-              'UnsupportedIfNoneExist',
-              'ifNoneExist supports identifier=system|value only',
-              'request.ifNoneExist',
-            );
-          const token = tokenOf(identifier);
-          // With a system, the reservation stream answers (and sees this transaction's own writes).
-          const reserved =
-            def.uniqueIdentifiers && token.system
-              ? await findByIdentifier(c, def.type, principal.tenantId, token.system, token.value)
-              : undefined;
-          const matches =
-            reserved !== undefined
-              ? await searchResources(c.sql, def.type, principal.tenantId, { ids: [reserved], limit: 1 })
-              : await searchResources(c.sql, def.type, principal.tenantId, {
-                  identifiers: [token],
-                  limit: 2,
-                });
-          if (matches.length > 1)
-            throw new DomainError(
-              'precondition_failed',
-              'MultipleMatches',
-              `ifNoneExist matches more than one ${def.type}`,
-              'request.ifNoneExist',
-              {
-                issueCode: 'multiple-matches',
-              },
-            );
-          const match = matches[0];
-          // Answering with the match reveals it: the caller must be allowed to read it, as on
-          // POST with If-None-Exist (a request not covered is refused, spec §5.3 rule 1).
-          if (match) {
-            authorize(principal, 'r', targetOf(match));
+          const token = ifNoneExistToken(entry.request.ifNoneExist, 'request.ifNoneExist');
+          const result = await conditionalCreate(uow, principal, def, token, resource, 'request.ifNoneExist');
+          if (!result.created)
             return {
               status: '200 OK',
-              location: `${def.type}/${match.id}/_history/${match.versionId}`,
-              etag: `W/"${match.versionId}"`,
-              lastModified: match.lastUpdated.toISOString(),
+              location: `${def.type}/${result.id}/_history/${result.versionId}`,
+              etag: `W/"${result.versionId}"`,
+              lastModified: result.lastUpdated,
             };
-          }
+          return done('201 Created', result);
         }
-        return done('201 Created', await handlers.create(c, principal, def, resource));
+        return done('201 Created', await create(uow, principal, def, resource));
       }
       case 'PUT': {
         if (rawId === undefined) {
           const params = new URLSearchParams(query ?? '');
           const identifier = params.get('identifier') ?? undefined;
-          return done('200 OK', await handlers.conditionalUpdate(c, principal, def, identifier, resource));
+          const result = await conditionalUpdate(uow, principal, def, identifier, resource);
+          // spec §4.3 rule 2: 200 whether it updated or created.
+          return done('200 OK', result);
         }
         const id = idOf(def.type, rawId);
-        return done('200 OK', await handlers.update(c, principal, def, id, resource, ifMatch));
+        return done('200 OK', await update(uow, principal, def, id, resource, ifMatch));
       }
       case 'DELETE': {
         const id = idOf(def.type, rawId);
-        await handlers.remove(c, principal, def, id, ifMatch);
+        await remove(uow, principal, def, id, ifMatch);
         return { status: '204 No Content' };
       }
     }
   };
 
-  let results: EntryResult[];
-  if (casebook.store.kind === 'kurrentdb') {
-    results = await run(ctx);
-  } else {
-    // One database transaction for every entry: its appends join it, its reads see them.
-    results = await casebook.sql.transaction(async (tx) => {
-      const store = await SqlEventStore.open(tx);
-      return run({ ...ctx, sql: tx, store, waitForProjections: async () => true });
-    });
-    const head = await casebook.store.headPosition();
-    if (head) await ctx.waitForProjections(head);
+  const resolved = new Map<string, string>();
+  const results: EntryResult[] = new Array(entries.length);
+  for (const index of order) {
+    const entry = entries[index]!;
+    try {
+      results[index] = await runEntry(entry, resolved);
+    } catch (error) {
+      throw atEntry(index, error);
+    }
+    const location = results[index]!.location;
+    if (entry.fullUrl && location) resolved.set(entry.fullUrl, location.split('/_history')[0]!);
   }
   return {
     resourceType: 'Bundle',

@@ -1,5 +1,5 @@
 /** The search parameters the data server implements (issue 3), per resource type. */
-import type { ResourceType } from '../../domain/fhir/resource.js';
+import type { ResourceType } from '../domain/fhir/resource.js';
 
 export type SearchParameter =
   | { readonly kind: 'id' }

@@ -1,0 +1,275 @@
+/**
+ * The FHIR write interactions of the application layer (docs/interface.md §4.3, §5.3; issue 3):
+ * create, conditional create (If-None-Exist), update, conditional update and delete, each with its
+ * scope checks, as decisions inside a {@link UnitOfWork}. The data server's routes, the
+ * transaction Bundle, the app host and the launcher all write through these, so a resource is
+ * checked and stored the same way whichever host wrote it.
+ */
+import { DomainError } from '../domain/decider.js';
+import type { Content, ResourceState, ResourceType } from '../domain/fhir/resource.js';
+import { type AccessTarget, authorize, type Principal, targetOfContent } from '../fhir/access.js';
+import type { ResourceDefinition } from '../fhir/definitions.js';
+import { compartmentOf } from '../fhir/references.js';
+import { PROJECT_TAG_SYSTEM, parseResource, type Token, tokenOf } from '../fhir/resources.js';
+import { referencingResources } from '../projections/resources.js';
+import type { UnitOfWork } from './handler.js';
+import {
+  createResource,
+  deleteResource,
+  findMatch,
+  loadResource,
+  updateResource,
+  versionOf,
+  type WriteResult,
+} from './resources.js';
+
+/** The scope-relevant facts of a resource as a command sees it (its stream's state). */
+export const targetOfState = (type: ResourceType, id: number, state: ResourceState): AccessTarget =>
+  state.status === 'none'
+    ? { resourceType: type, id }
+    : {
+        resourceType: type,
+        id,
+        patientId: compartmentOf(type, id, state.resource).patientId ?? null,
+        author: state.author ?? null,
+        project: state.project ?? null,
+        content: state.resource,
+      };
+
+const notFound = (type: ResourceType, id: number) =>
+  new DomainError('not_found', 'ResourceNotFound', `${type}/${id} is not known`, undefined, {
+    issueCode: 'not-found',
+  });
+
+const gone = (type: ResourceType, id: number) =>
+  new DomainError('gone', 'ResourceDeleted', `${type}/${id} was deleted`, undefined, {
+    issueCode: 'deleted',
+  });
+
+/**
+ * The project a new Questionnaire belongs to: its `meta.tag` of {@link PROJECT_TAG_SYSTEM}, or the
+ * caller's only project (spec §5.3 rule 3).
+ * @throws {DomainError} 422 when the caller has several projects and the tag names none.
+ */
+export const projectOf = (principal: Principal, body: unknown): string => {
+  const tags = ((body as { meta?: { tag?: unknown } }).meta?.tag ?? []) as {
+    system?: unknown;
+    code?: unknown;
+  }[];
+  const tagged = Array.isArray(tags) ? tags.find((t) => t?.system === PROJECT_TAG_SYSTEM)?.code : undefined;
+  if (typeof tagged === 'string') return tagged;
+  if (principal.projects.length === 1) return principal.projects[0]!;
+  throw new DomainError(
+    'unprocessable',
+    'ProjectRequired',
+    `name the Questionnaire's project in meta.tag (system ${PROJECT_TAG_SYSTEM}); the caller has ${principal.projects.length} projects`,
+    'Questionnaire.meta.tag',
+    { issueCode: 'required' },
+  );
+};
+
+const authorOf = (principal: Principal) => principal.userRef ?? undefined;
+
+/**
+ * FHIR create (POST /{type}).
+ * @throws {DomainError} 400/422 invalid body, 403 scopes, 409 duplicate identifier, 422 broken reference.
+ */
+export const create = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  def: ResourceDefinition,
+  body: unknown,
+): Promise<WriteResult> => {
+  const content = parseResource(def, body, 'create');
+  const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
+  const author = authorOf(principal);
+  authorize(
+    principal,
+    'c',
+    targetOfContent(def.type, undefined, content, { author: author ?? null, project: project ?? null }),
+  );
+  return createResource(uow, def, principal.tenantId, content, {
+    ...(project !== undefined ? { project } : {}),
+    ...(author !== undefined ? { author } : {}),
+  });
+};
+
+/** The match of an If-None-Exist / ifNoneExist (`identifier=system|value` only). @throws {DomainError} 400. */
+export const ifNoneExistToken = (ifNoneExist: string, expression: string): Token => {
+  const params = new URLSearchParams(ifNoneExist);
+  const identifier = params.get('identifier');
+  if (!identifier || [...params.keys()].some((k) => k !== 'identifier'))
+    throw new DomainError(
+      'invalid',
+      'UnsupportedIfNoneExist',
+      `${expression} supports identifier=system|value only`,
+      expression,
+    );
+  return tokenOf(identifier);
+};
+
+/**
+ * FHIR conditional create (POST with If-None-Exist): the resource matching `token` when there is
+ * one (created: false; the caller must be allowed to read it, since answering reveals it), else a
+ * create that reserves the match, so racing conditional creates converge on one resource.
+ * @throws {DomainError} 412 multiple matches, 403, and those of {@link create}.
+ */
+export const conditionalCreate = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  def: ResourceDefinition,
+  token: Token,
+  body: unknown,
+  expression: string,
+): Promise<WriteResult> => {
+  const match = await findMatch(uow, def, principal.tenantId, token, expression);
+  if (match !== undefined) {
+    const state = await loadResource(uow, def.type, match, principal.tenantId);
+    if (state.status !== 'active') throw notFound(def.type, match);
+    authorize(principal, 'r', targetOfState(def.type, match, state));
+    return {
+      id: match,
+      versionId: versionOf(uow, def.type, match),
+      lastUpdated: state.lastUpdated,
+      created: false,
+      content: state.resource,
+    };
+  }
+  const content = parseResource(def, body, 'create');
+  const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
+  const author = authorOf(principal);
+  authorize(
+    principal,
+    'c',
+    targetOfContent(def.type, undefined, content, { author: author ?? null, project: project ?? null }),
+  );
+  return createResource(uow, def, principal.tenantId, content, {
+    ...(project !== undefined ? { project } : {}),
+    ...(author !== undefined ? { author } : {}),
+    ...(token.system ? { reserve: [{ system: token.system, value: token.value }] } : {}),
+  });
+};
+
+/**
+ * FHIR update (PUT /{type}/{id}); partial for the clinical context resources (spec §4.3 rule 3).
+ * @throws {DomainError} 400 id mismatch, 404, 410, 412 If-Match, 403 scopes (before and after),
+ *   409 duplicate identifier, 422 invalid body or broken reference.
+ */
+export const update = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  def: ResourceDefinition,
+  id: number,
+  body: unknown,
+  ifMatch?: number,
+): Promise<WriteResult> => {
+  const content = parseResource(def, body, def.partialUpdate ? 'update' : 'create');
+  const bodyId = (body as { id?: unknown }).id;
+  if (bodyId !== undefined && String(bodyId) !== String(id))
+    throw new DomainError(
+      'invalid',
+      'IdMismatch',
+      `the body's id ${JSON.stringify(bodyId)} differs from the URL's ${id}`,
+      `${def.type}.id`,
+    );
+  const state = await loadResource(uow, def.type, id, principal.tenantId);
+  if (state.status === 'none') throw notFound(def.type, id);
+  authorize(principal, 'u', targetOfState(def.type, id, state));
+  if (state.status === 'deleted') throw gone(def.type, id);
+  const next = def.partialUpdate ? { ...state.resource, ...content } : content;
+  authorize(
+    principal,
+    'u',
+    targetOfContent(def.type, id, next, { author: state.author ?? null, project: state.project ?? null }),
+  );
+  return updateResource(uow, def, principal.tenantId, id, content, ifMatch !== undefined ? { ifMatch } : {});
+};
+
+/**
+ * FHIR conditional update (PUT /{type}?identifier=system|value; spec §4.3 rule 2): updates the
+ * match, merging identifiers, or creates the resource with the identifier.
+ * @returns created: true when nothing matched.
+ * @throws {DomainError} 422 without identifier, or when creating without a system; 412 multiple
+ *   matches; those of create and update.
+ */
+export const conditionalUpdate = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  def: ResourceDefinition,
+  identifier: string | undefined,
+  body: unknown,
+): Promise<WriteResult> => {
+  // spec §4.3 rule 2, §7: conditional update needs the identifier query parameter.
+  if (!identifier)
+    throw new DomainError(
+      'unprocessable',
+      'IdentifierRequired',
+      `conditional update needs ?identifier=system|value (PUT ${def.type}?identifier=…)`,
+      'identifier',
+      { issueCode: 'required' },
+    );
+  const token = tokenOf(identifier);
+  const content = parseResource(def, body, def.partialUpdate ? 'update' : 'create');
+  const withMatch = (c: Content): Content => {
+    if (!token.system) return c;
+    const given = Array.isArray(c.identifier)
+      ? (c.identifier as { system?: unknown; value?: unknown }[])
+      : [];
+    const present = given.some((i) => i?.system === token.system && i?.value === token.value);
+    return present ? c : { ...c, identifier: [...given, { system: token.system, value: token.value }] };
+  };
+  const id = await findMatch(uow, def, principal.tenantId, token, 'identifier');
+  if (id !== undefined) {
+    const state = await loadResource(uow, def.type, id, principal.tenantId);
+    authorize(principal, 'u', targetOfState(def.type, id, state));
+    return updateResource(uow, def, principal.tenantId, id, withMatch(content), { mergeIdentifiers: true });
+  }
+  if (!token.system)
+    throw new DomainError(
+      'unprocessable',
+      'IdentifierSystemRequired',
+      `no ${def.type} matches; to create one the identifier needs a system (identifier=system|value)`,
+      'identifier',
+      { issueCode: 'required' },
+    );
+  // Creating validates like a create (required elements), not like a partial update.
+  const created = withMatch(parseResource(def, body, 'create'));
+  // A Questionnaire created here belongs to a project like one created by POST (spec §5.3 rule 3).
+  const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
+  const author = authorOf(principal);
+  authorize(
+    principal,
+    'c',
+    targetOfContent(def.type, undefined, created, { author: author ?? null, project: project ?? null }),
+  );
+  return createResource(uow, def, principal.tenantId, created, {
+    ...(project !== undefined ? { project } : {}),
+    ...(author !== undefined ? { author } : {}),
+    reserve: [{ system: token.system, value: token.value }],
+  });
+};
+
+/**
+ * FHIR delete (spec §4.3 rule 4): refused with 409 while live resources reference it.
+ * @throws {DomainError} 404, 403, 409 referenced, 412 If-Match.
+ */
+export const remove = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  def: ResourceDefinition,
+  id: number,
+  ifMatch?: number,
+): Promise<void> => {
+  const state = await loadResource(uow, def.type, id, principal.tenantId);
+  if (state.status === 'none') throw notFound(def.type, id);
+  authorize(principal, 'd', targetOfState(def.type, id, state));
+  const column = def.type === 'Patient' ? 'patient_id' : 'encounter_id';
+  await deleteResource(
+    uow,
+    def,
+    principal.tenantId,
+    id,
+    () => referencingResources(uow.ctx.sql, principal.tenantId, column, id, def.deleteBlockedBy),
+    ifMatch !== undefined ? { ifMatch } : {},
+  );
+};

@@ -1,0 +1,82 @@
+/**
+ * The report commands of the application host (docs/interface.md §1.3, §3.2; issue 5): a clinician
+ * starts a report from a form, saves it, and submits it. Each user action is ONE append, across
+ * the QuestionnaireResponse's and the Task's streams: a crash can never leave a completed report on
+ * an unfinished Task. Scopes are checked as on the data server (the actor is the session).
+ */
+import { DomainError } from '../domain/decider.js';
+import type { Content } from '../domain/fhir/resource.js';
+import type { Principal } from '../fhir/access.js';
+import { DEFINITIONS } from '../fhir/definitions.js';
+import { referenceId } from '../fhir/references.js';
+import { create, update } from './fhir.js';
+import type { UnitOfWork } from './handler.js';
+import { loadResource, type WriteResult } from './resources.js';
+
+/** The Task as its stream holds it. @throws {DomainError} 404 when missing, deleted or another tenant's. */
+const loadTask = async (uow: UnitOfWork, principal: Principal, taskId: number) => {
+  const task = await loadResource(uow, 'Task', taskId, principal.tenantId);
+  if (task.status !== 'active')
+    throw new DomainError('not_found', 'TaskNotFound', `Task/${taskId} is not known in this data tenant`);
+  return task;
+};
+
+/**
+ * Starts the report of a `draft` Task (form selection): creates the populated QuestionnaireResponse
+ * and moves the Task to `in-progress` with the response as its focus and output.
+ * @throws {DomainError} 409 when the Task is no longer a draft (its report was started meanwhile),
+ *   403/404/422 as the data server's create and update.
+ */
+export const startReport = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  taskId: number,
+  response: Record<string, unknown>,
+): Promise<WriteResult> => {
+  const task = await loadTask(uow, principal, taskId);
+  if (task.resource.status !== 'draft')
+    throw new DomainError(
+      'conflict',
+      'TaskStarted',
+      `Task/${taskId} is ${String(task.resource.status)}: its report has already been started`,
+    );
+  const created = await create(uow, principal, DEFINITIONS.QuestionnaireResponse, response);
+  const reference = { reference: `QuestionnaireResponse/${created.id}` };
+  const outputs = (Array.isArray(task.resource.output) ? (task.resource.output as Content[]) : []).filter(
+    (o) => referenceId(o?.valueReference, 'QuestionnaireResponse') === undefined,
+  );
+  await update(uow, principal, DEFINITIONS.Task, taskId, {
+    resourceType: 'Task',
+    ...task.resource,
+    status: 'in-progress',
+    focus: reference,
+    output: [...outputs, { type: { text: 'questionnaire-response' }, valueReference: reference }],
+  });
+  return created;
+};
+
+/**
+ * Saves (`complete` false) or submits (`complete` true) a report: the QuestionnaireResponse's new
+ * content, and in the same append the Task moved on — `completed` on submit, `in-progress` when a
+ * save starts a `ready` Task.
+ * @throws {DomainError} as the data server's update (403, 404, 410, 422).
+ */
+export const saveReport = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  taskId: number,
+  responseId: number,
+  response: Record<string, unknown>,
+  complete: boolean,
+): Promise<WriteResult> => {
+  const task = await loadTask(uow, principal, taskId);
+  const saved = await update(uow, principal, DEFINITIONS.QuestionnaireResponse, responseId, response);
+  const next = complete ? 'completed' : task.resource.status === 'ready' ? 'in-progress' : undefined;
+  if (next !== undefined && task.resource.status !== next)
+    await update(uow, principal, DEFINITIONS.Task, taskId, {
+      resourceType: 'Task',
+      ...task.resource,
+      status: next,
+    });
+  return saved;
+};

@@ -1,0 +1,235 @@
+/**
+ * The FHIR read interactions of the application layer (docs/interface.md §4.3, §5.3; issue 3):
+ * read, history and vread (folded from the resource's stream), and search (from the read model),
+ * each with its scope checks. The routers map their results to HTTP.
+ */
+import type { Sql } from '../db/sql.js';
+import { DomainError } from '../domain/decider.js';
+import {
+  type ChangedData,
+  type CreatedData,
+  type ResourceType,
+  resourceEventKind,
+  resourceStream,
+} from '../domain/fhir/resource.js';
+import type { EventStore } from '../eventstore/port.js';
+import { authorize, isAllowed, mayAtAll, type Principal, targetOf } from '../fhir/access.js';
+import type { ResourceDefinition } from '../fhir/definitions.js';
+import { toFhirResource } from '../fhir/references.js';
+import { tokenOf } from '../fhir/resources.js';
+import { SEARCH_PARAMETERS, type SearchParameter } from '../fhir/search.js';
+import {
+  type ResourceQuery,
+  type ResourceRow,
+  readResource,
+  searchResources,
+} from '../projections/resources.js';
+
+const notFound = (type: ResourceType, id: number) =>
+  new DomainError('not_found', 'ResourceNotFound', `${type}/${id} is not known`, undefined, {
+    issueCode: 'not-found',
+  });
+
+/**
+ * The current version of a resource (FHIR read).
+ * @throws {DomainError} 404 unknown (or another tenant's), 403 scopes, 410 deleted.
+ */
+export const read = async (
+  sql: Sql,
+  principal: Principal,
+  def: ResourceDefinition,
+  id: number,
+): Promise<ResourceRow> => {
+  const row = await readResource(sql, def.type, id, principal.tenantId);
+  if (!row) throw notFound(def.type, id);
+  authorize(principal, 'r', targetOf(row));
+  if (row.deleted)
+    throw new DomainError('gone', 'ResourceDeleted', `${def.type}/${id} was deleted`, undefined, {
+      issueCode: 'deleted',
+    });
+  return row;
+};
+
+/** One version of a resource, from its stream. */
+export interface Version {
+  readonly versionId: number;
+  readonly at: string;
+  readonly method: 'POST' | 'PUT' | 'DELETE';
+  /** FHIR JSON of the version; undefined for the deletion. */
+  readonly resource: Record<string, unknown> | undefined;
+}
+
+/**
+ * Every version of a resource, oldest first (issue 3: history includes the delete).
+ * @throws {DomainError} 404 unknown, 403 scopes (checked on the current version).
+ */
+export const versions = async (
+  sql: Sql,
+  store: EventStore,
+  principal: Principal,
+  def: ResourceDefinition,
+  id: number,
+): Promise<Version[]> => {
+  const row = await readResource(sql, def.type, id, principal.tenantId);
+  if (!row) throw notFound(def.type, id);
+  authorize(principal, 'r', targetOf(row));
+  const events = await store.readStream(resourceStream(def.type, id));
+  return events.flatMap((event): Version[] => {
+    const kind = resourceEventKind(event.type);
+    if (!kind || kind.resourceType !== def.type) return [];
+    const versionId = Number(event.revision) + 1;
+    if (kind.kind === 'deleted')
+      return [{ versionId, at: (event.data as { at: string }).at, method: 'DELETE', resource: undefined }];
+    const d = event.data as CreatedData | ChangedData;
+    return [
+      {
+        versionId,
+        at: d.at,
+        method: kind.kind === 'created' ? 'POST' : 'PUT',
+        resource: toFhirResource(def.type, id, versionId, d.at, d.resource),
+      },
+    ];
+  });
+};
+
+/** Parameters of a search, as they come (query string or form). */
+export type SearchParams = Record<string, string | string[] | undefined>;
+
+/** Parses the search parameters of `type` into a query. @throws {DomainError} 400 for unknown or malformed ones. */
+export const parseSearch = (
+  type: ResourceType,
+  query: SearchParams,
+): { query: ResourceQuery; includes: string[] } => {
+  const supported = SEARCH_PARAMETERS[type];
+  const criteria: {
+    ids?: number[];
+    identifiers?: { system: string | undefined; value: string }[];
+    patientIds?: number[];
+    encounterIds?: number[];
+    elements?: { element: string; values: string[] }[];
+  } = {};
+  let limit = 100;
+  const includes: string[] = [];
+  for (const [name, raw] of Object.entries(query)) {
+    const values = (Array.isArray(raw) ? raw : [raw ?? '']).filter((v) => v !== '');
+    if (name === '_format' || name === '_pretty') continue;
+    if (name === '_count') {
+      const n = Number(values[0]);
+      if (!Number.isInteger(n) || n < 0)
+        throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
+      limit = Math.min(n, 1000);
+      continue;
+    }
+    if (name === '_include') {
+      for (const v of values) {
+        if (!supported._include?.includes(v))
+          throw new DomainError(
+            'invalid',
+            'UnsupportedInclude',
+            `_include=${v} is not supported on ${type} (supported: ${(supported._include ?? []).join(', ') || 'none'})`,
+            '_include',
+          );
+        includes.push(v);
+      }
+      continue;
+    }
+    const parameter: SearchParameter | undefined = supported.parameters[name];
+    if (!parameter)
+      throw new DomainError(
+        'invalid',
+        'UnsupportedSearchParameter',
+        `search parameter ${name} is not supported on ${type} (supported: ${Object.keys(supported.parameters).join(', ')}, _count${supported._include ? ', _include' : ''})`,
+        name,
+        { issueCode: 'not-supported' },
+      );
+    if (values.length > 1)
+      throw new DomainError(
+        'invalid',
+        'RepeatedSearchParameter',
+        `give ${name} once (use commas for alternatives)`,
+        name,
+      );
+    const alternatives = (values[0] ?? '').split(',').filter(Boolean);
+    if (alternatives.length === 0)
+      throw new DomainError('invalid', 'EmptySearchParameter', `${name} needs a value`, name);
+    const refIds = (target: string) =>
+      alternatives.map((v) => {
+        const slash = v.indexOf('/');
+        const idText = slash < 0 ? v : v.slice(0, slash) === target ? v.slice(slash + 1) : '';
+        if (!/^\d{1,10}$/.test(idText))
+          throw new DomainError(
+            'invalid',
+            'InvalidReference',
+            `${name}=${v} must be ${target}/<id> or <id>`,
+            name,
+          );
+        return Number(idText);
+      });
+    switch (parameter.kind) {
+      case 'id':
+        criteria.ids = alternatives.map((v) => (/^\d{1,10}$/.test(v) ? Number(v) : -1));
+        break;
+      case 'token':
+        criteria.identifiers = alternatives.map(tokenOf);
+        break;
+      case 'patient':
+        criteria.patientIds = refIds('Patient');
+        break;
+      case 'encounter':
+        criteria.encounterIds = refIds('Encounter');
+        break;
+      case 'element':
+        criteria.elements = [
+          ...(criteria.elements ?? []),
+          { element: parameter.element, values: alternatives },
+        ];
+        break;
+    }
+  }
+  return { query: { ...criteria, limit }, includes };
+};
+
+/** A search's result: the matches the caller may see, their total, and the included resources. */
+export interface SearchResult {
+  readonly matches: readonly ResourceRow[];
+  readonly total: number;
+  readonly included: readonly ResourceRow[];
+}
+
+/**
+ * FHIR search on `def.type` in the caller's tenant (spec §5.3: only resources its scopes cover).
+ * @throws {DomainError} 400 malformed parameters, 403 no search scope for the type.
+ */
+export const search = async (
+  sql: Sql,
+  principal: Principal,
+  def: ResourceDefinition,
+  parameters: SearchParams,
+): Promise<SearchResult> => {
+  if (!mayAtAll(principal, 's', def.type)) authorize(principal, 's', { resourceType: def.type });
+  const { query, includes } = parseSearch(def.type, parameters);
+  const matched = (
+    await searchResources(sql, def.type, principal.tenantId, { ...query, limit: 1000 })
+  ).filter((row) => isAllowed(principal, 's', targetOf(row)));
+  const rows = matched.slice(0, query.limit);
+  const included: ResourceRow[] = [];
+  for (const include of includes) {
+    const [, element] = include.split(':') as [string, string];
+    const target: ResourceType = element === 'encounter' ? 'Encounter' : 'Patient';
+    const ids = [
+      ...new Set(
+        rows
+          .map((r) => (target === 'Patient' ? r.patientId : r.encounterId))
+          .filter((id): id is number => id !== null),
+      ),
+    ];
+    if (ids.length === 0) continue;
+    for (const row of await searchResources(sql, target, principal.tenantId, { ids, limit: 1000 }))
+      if (
+        isAllowed(principal, 'r', targetOf(row)) &&
+        !included.some((i) => i.resourceType === row.resourceType && i.id === row.id)
+      )
+        included.push(row);
+  }
+  return { matches: rows, total: matched.length, included };
+};
