@@ -192,6 +192,8 @@ export interface ProjectionRunnerOptions {
   /** `inline` on the SQL stores, `async` on KurrentDB (default: from the store's kind). */
   readonly mode?: 'inline' | 'async';
   readonly clock?: () => Date;
+  /** Events per catch-up transaction (default {@link CATCH_UP_PAGE}). */
+  readonly pageSize?: number;
 }
 
 export class ProjectionRunner {
@@ -207,6 +209,7 @@ export class ProjectionRunner {
   private loop: Promise<void> | undefined;
   private readonly byName: ReadonlyMap<string, Projection>;
   private readonly clock: () => Date;
+  private readonly pageSize: number;
 
   constructor(
     private readonly store: EventStore,
@@ -218,6 +221,7 @@ export class ProjectionRunner {
     this.mode = options.mode ?? (store.kind === 'kurrentdb' ? 'async' : 'inline');
     this.byName = new Map(projections.map((p) => [p.name, p]));
     this.clock = options.clock ?? (() => new Date());
+    this.pageSize = options.pageSize ?? CATCH_UP_PAGE;
     if (this.mode === 'inline') {
       if (!(store instanceof SqlEventStore))
         throw new TypeError('inline projections need the SQL event store');
@@ -232,10 +236,12 @@ export class ProjectionRunner {
   async migrate(): Promise<void> {
     await this.sql.exec(STATE_TABLE);
     for (const projection of this.projections) await projection.migrate(this.sql);
+    // Inline: a new projection is built from the log before it goes live. Async: it is followed.
+    const initial = this.mode === 'inline' ? 'building' : 'live';
     for (const projection of this.projections)
       await this.sql.query(
-        `INSERT INTO projection_state (name, status) VALUES ($1, 'building') ON CONFLICT (name) DO NOTHING`,
-        [projection.name],
+        `INSERT INTO projection_state (name, status) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`,
+        [projection.name, initial],
       );
   }
 
@@ -259,6 +265,19 @@ export class ProjectionRunner {
           updatedAt: new Date(0),
         },
     );
+  }
+
+  /**
+   * The position every projection has caught up to: the least checkpoint (undefined when one has
+   * none). Meaningful in async mode and while building; live inline projections keep no checkpoint.
+   */
+  async position(sql: Sql = this.sql): Promise<Position | undefined> {
+    let least: Position | undefined;
+    for (const state of await this.states(sql)) {
+      if (state.checkpoint === undefined) return undefined;
+      if (least === undefined || comparePositions(state.checkpoint, least) < 0) least = state.checkpoint;
+    }
+    return least;
   }
 
   /**
@@ -411,8 +430,8 @@ export class ProjectionRunner {
     // Catch up without blocking appends while there is more than a page to read.
     while (!signal?.aborted && checkpoints.size > 0) {
       const from = least();
-      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE });
-      if (page.length < CATCH_UP_PAGE) break;
+      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      if (page.length < this.pageSize) break;
       await this.applyCatchUp(page, checkpoints, this.sql);
       read += page.length;
       onProgress?.(read, page.at(-1)!.position);
@@ -426,7 +445,7 @@ export class ProjectionRunner {
         const from = least();
         const page = await SqlEventStore.readAllOn(
           tx,
-          { ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE },
+          { ...(from ? { from } : {}), maxCount: this.pageSize },
           false,
         );
         if (page.length === 0) break;
@@ -561,7 +580,7 @@ export class ProjectionRunner {
     let read = 0;
     while (!signal?.aborted && checkpoints.size > 0) {
       const from = least();
-      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: CATCH_UP_PAGE });
+      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
       if (page.length === 0) break;
       await this.applyCatchUp(page, checkpoints, this.sql);
       read += page.length;
@@ -575,7 +594,7 @@ export class ProjectionRunner {
     if (!live) return read;
     const from = least();
     const events = this.store.subscribeToAll({ ...(from ? { from } : {}), ...(signal ? { signal } : {}) });
-    for await (const batch of batches(events, CATCH_UP_PAGE, FOLLOW_BATCH_WAIT_MS)) {
+    for await (const batch of batches(events, this.pageSize, FOLLOW_BATCH_WAIT_MS)) {
       if (checkpoints.size === 0) break;
       await this.applyCatchUp(batch, checkpoints, this.sql);
       read += batch.length;
@@ -595,6 +614,17 @@ export class ProjectionRunner {
   ): Promise<number> {
     for (const name of names) if (!this.byName.has(name)) throw new Error(`no projection named ${name}`);
     await this.sql.exec(STATE_TABLE);
+    if (this.mode === 'async') {
+      // A follower keeps its checkpoints in memory: it must not run while the read models reset.
+      const free = await this.sql.withConnection(async (conn) => {
+        const [lock] = await conn.query<{ ok: boolean }>(
+          `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
+        );
+        if (lock?.ok) await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`);
+        return lock?.ok === true;
+      });
+      if (!free) throw new Error('a projection runner is active on this database: stop it before replaying');
+    }
     await this.sql.transaction(async (tx) => {
       if (this.mode === 'inline') await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
       for (const name of names) {
@@ -602,9 +632,9 @@ export class ProjectionRunner {
         for (const table of projection.tables) await tx.exec(`DROP TABLE IF EXISTS ${table} CASCADE`);
         await projection.migrate(tx);
         await tx.query(
-          `INSERT INTO projection_state (name, status, checkpoint, detail) VALUES ($1, 'building', NULL, NULL)
-           ON CONFLICT (name) DO UPDATE SET status = 'building', checkpoint = NULL, detail = NULL, updated_at = now()`,
-          [name],
+          `INSERT INTO projection_state (name, status, checkpoint, detail) VALUES ($1, $2, NULL, NULL)
+           ON CONFLICT (name) DO UPDATE SET status = $2, checkpoint = NULL, detail = NULL, updated_at = now()`,
+          [name, this.mode === 'inline' ? 'building' : 'live'],
         );
       }
     });
@@ -665,7 +695,7 @@ export class ProjectionRunner {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       if (reached(this.progress)) return true;
-      const states = (await this.states()).filter((s) => s.status === 'live');
+      const states = (await this.states()).filter((s) => s.status !== 'stopped');
       if (states.length > 0 && states.every((s) => reached(s.checkpoint))) return true;
       await sleep(Math.min(25, Math.max(1, deadline - Date.now())));
     }

@@ -197,7 +197,9 @@ const replayOutbox = async (sql: Sql, events: readonly RecordedEvent[]) => {
   await sql
     .transaction(async (tx) => {
       await tx.query(`DELETE FROM rm_export_outbox`);
-      for (const event of events) await exportOutboxProjection.apply(event, tx);
+      for (const event of events)
+        if (exportOutboxProjection.handles(event.type))
+          await exportOutboxProjection.apply([event], tx, 'catch-up');
       rows = await tx.query(`SELECT * FROM rm_export_outbox ORDER BY response_id, version_id`);
       throw new Error('rollback');
     })
