@@ -8,6 +8,7 @@ import type { Context } from 'koa';
 import { ZodError } from 'zod';
 import { DomainError, type DomainErrorKind } from '../domain/decider.js';
 import { EventIdConflict, WrongExpectedVersion } from '../eventstore/port.js';
+import { ReadModelUnavailable } from '../projections/runner.js';
 
 const STATUS: Record<DomainErrorKind, number> = {
   invalid: 400,
@@ -89,6 +90,9 @@ export const toProblem = (error: unknown): Problem | undefined => {
       detail: 'the resource was changed concurrently; retry the request',
     };
   if (error instanceof EventIdConflict) return { status: 409, code: 'Conflict', detail: error.message };
+  // A read model this write needs is stopped (docs/architecture.md "Projections"): not the client's fault.
+  if (error instanceof ReadModelUnavailable)
+    return { status: 503, code: 'ReadModelUnavailable', detail: error.message };
   const status =
     (error as { status?: unknown; statusCode?: unknown })?.status ??
     (error as { statusCode?: unknown })?.statusCode;

@@ -1,13 +1,11 @@
 /**
- * The hospital launcher (spec §1.6, §4.6; issue 6): turns a launch URL of the hospital's EHR
- * (`/launch?patient=…&encounter=…[&supervisor=…][&user=…][&dob=…][&sex=…]`) into
- *   1. a validated {@link LaunchRequest} (pure, {@link parseLaunchParams});
- *   2. one FHIR transaction Bundle (pure, {@link buildLaunchBundle}) POSTed to {fhir_base_url};
- *   3. a session (POST {auth_url}/sessions) for the user with patient/encounter context;
- *   4. the handover URL the browser is sent to, whose `next` is {app_url}/external/v1?task=Task/<id>.
- *
- * The launcher talks to casebook only over HTTP with its own client credentials, as a separate
- * hospital component would.
+ * The hospital launcher's pure parts (docs/interface.md §1.6, §4.6; issue 6): a launch URL of the
+ * hospital's EHR (`/launch?patient=…&encounter=…[&supervisor=…][&user=…][&dob=…][&sex=…]`) becomes
+ *   1. a validated {@link LaunchRequest} ({@link parseLaunchParams});
+ *   2. one FHIR transaction Bundle ({@link buildLaunchBundle}) whose response gives the ids
+ *      ({@link readLaunchResponse}).
+ * `commands/launch.ts` runs the Bundle and opens the session in one append, with the launcher's
+ * client identity; the launch page sends the browser through the handover to the app.
  */
 import { randomUUID } from 'node:crypto';
 
@@ -35,25 +33,13 @@ export interface LaunchRequest {
   readonly gender?: Gender;
 }
 
-/** The launcher's configuration: its client credentials, identifier systems and public URLs. */
-export interface LauncherSettings {
-  readonly clientId: string;
-  readonly clientSecret: string;
+/** The identifier systems of the hospital, as used in the Bundle. */
+export interface LaunchSystems {
   readonly patientSystem: string;
   readonly encounterSystem: string;
   readonly staffSystem: string;
   readonly taskSystem: string;
-  readonly fhirUrl: string;
-  readonly authUrl: string;
-  readonly appUrl: string;
-  readonly launchUrl: string;
 }
-
-/** The identifier systems of the hospital, as used in the Bundle. */
-export type LaunchSystems = Pick<
-  LauncherSettings,
-  'patientSystem' | 'encounterSystem' | 'staffSystem' | 'taskSystem'
->;
 
 const SEX: Record<string, Gender> = {
   male: 'male',
@@ -288,103 +274,4 @@ export const readLaunchResponse = (bundle: LaunchBundle, response: unknown): Lau
     taskId: idFromLocation(at(last)?.location, 'Task'),
     taskCreated: String(at(last)?.status ?? '').startsWith('201'),
   };
-};
-
-/** How long each call to casebook may take. */
-const TIMEOUT_MS = 15_000;
-
-const describeBody = async (res: Response): Promise<string> => {
-  const text = await res.text().catch(() => '');
-  try {
-    const body = JSON.parse(text) as {
-      issue?: { diagnostics?: string; code?: string }[];
-      detail?: string;
-    };
-    const issues = (body.issue ?? [])
-      .map((i) => i.diagnostics ?? i.code)
-      .filter(Boolean)
-      .join('; ');
-    if (issues) return issues;
-    if (body.detail) return body.detail;
-  } catch {
-    // not JSON
-  }
-  return res.statusText || 'no detail';
-};
-
-type Fetch = typeof fetch;
-
-const call = async (
-  fetchImpl: Fetch,
-  what: string,
-  url: string,
-  init: RequestInit,
-): Promise<{ res: Response; body: unknown }> => {
-  let res: Response;
-  try {
-    res = await fetchImpl(url, { ...init, signal: AbortSignal.timeout(TIMEOUT_MS), redirect: 'manual' });
-  } catch (error) {
-    if ((error as Error)?.name === 'TimeoutError')
-      throw new LaunchError(504, `the ${what} did not answer within ${TIMEOUT_MS / 1000} seconds`);
-    throw new LaunchError(
-      502,
-      `the ${what} could not be reached (${(error as Error)?.message ?? 'network error'})`,
-    );
-  }
-  if (!res.ok)
-    throw new LaunchError(
-      502,
-      `the ${what} refused the launch (HTTP ${res.status}: ${await describeBody(res)})`,
-    );
-  try {
-    return { res, body: await res.json() };
-  } catch {
-    throw new LaunchError(502, `the ${what} answered with a body that is not JSON`);
-  }
-};
-
-export interface LaunchResult extends LaunchIds {
-  readonly sessionId: number;
-  /** Where the browser goes: the handover, continuing at the app's launch URL for the Task. */
-  readonly redirect: string;
-}
-
-/**
- * Performs a validated launch over HTTP: the transaction Bundle, the session, the handover URL.
- * @throws {LaunchError} 502/504 when casebook refuses or does not answer; nothing is retried.
- */
-export const performLaunch = async (
-  request: LaunchRequest,
-  settings: LauncherSettings,
-  fetchImpl: Fetch = fetch,
-): Promise<LaunchResult> => {
-  const authorization = `Basic ${Buffer.from(`${settings.clientId}:${settings.clientSecret}`).toString('base64')}`;
-  const bundle = buildLaunchBundle(request, settings);
-  const { body: response } = await call(fetchImpl, 'data server', settings.fhirUrl, {
-    method: 'POST',
-    headers: {
-      Authorization: authorization,
-      'Content-Type': 'application/fhir+json',
-      Accept: 'application/fhir+json',
-    },
-    body: JSON.stringify(bundle),
-  });
-  const ids = readLaunchResponse(bundle, response);
-  const user = ids.practitioners.get(sessionUserOf(request))!;
-  const { body: session } = await call(fetchImpl, 'session service', `${settings.authUrl}/sessions`, {
-    method: 'POST',
-    headers: { Authorization: authorization, 'Content-Type': 'application/json', Accept: 'application/json' },
-    body: JSON.stringify({
-      user,
-      patient: ids.patientId,
-      encounter: ids.encounterId,
-      post_submit_redirect: `${settings.launchUrl}/submitted`,
-    }),
-  });
-  const { id, handover_token: token } = session as { id?: unknown; handover_token?: unknown };
-  if (typeof token !== 'string' || typeof id !== 'number')
-    throw new LaunchError(502, 'the session service answered without a handover token');
-  const next = `${settings.appUrl}/external/v1?task=Task/${ids.taskId}`;
-  const params = new URLSearchParams({ token, next });
-  return { ...ids, sessionId: id, redirect: `${settings.authUrl}/sessions/$handover?${params.toString()}` };
 };

@@ -23,6 +23,7 @@ const DEFAULT_CODES: Record<number, string> = {
   415: 'not-supported',
   422: 'processing',
   500: 'exception',
+  503: 'transient',
 };
 
 export interface Issue {

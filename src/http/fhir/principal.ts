@@ -6,6 +6,7 @@
 import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
+import type { ClientPrincipal } from '../../commands/sessions.js';
 import type { Principal } from '../../fhir/access.js';
 import { parseScopeList, type ResourceScope } from '../../fhir/scopes.js';
 import type { SessionRow } from '../../projections/sessions.js';
@@ -52,23 +53,23 @@ export const sessionPrincipal = async (casebook: Casebook, session: SessionRow):
   };
 };
 
+/** An API client's principal: its own scopes, tenant-wide (spec §5 rule 4). */
+export const clientPrincipal = (client: ClientPrincipal): Principal => ({
+  kind: 'client',
+  tenantId: client.tenantId,
+  actor: { type: 'client', id: client.clientId },
+  scopes: clientScopes(client.scopes, client.projects),
+  projects: client.projects,
+  patientId: null,
+  userRef: null,
+});
+
 /**
  * Resolves the caller.
  * @throws {HttpError} 401 without credentials or with an invalid cookie; wrong client credentials.
  */
 export const resolvePrincipal = async (ctx: Context, casebook: Casebook): Promise<Principal> => {
-  if (ctx.get('Authorization')) {
-    const client = await authenticateClient(ctx, casebook.sql);
-    return {
-      kind: 'client',
-      tenantId: client.tenantId,
-      actor: { type: 'client', id: client.clientId },
-      scopes: clientScopes(client.scopes, client.projects),
-      projects: client.projects,
-      patientId: null,
-      userRef: null,
-    };
-  }
+  if (ctx.get('Authorization')) return clientPrincipal(await authenticateClient(ctx, casebook.sql));
   if (parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
     return sessionPrincipal(casebook, await sessionFromCookie(ctx, casebook));
   }

@@ -10,15 +10,15 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
+import { launch } from '../../commands/launch.js';
+import { verifySecret } from '../../commands/secrets.js';
+import type { ClientPrincipal } from '../../commands/sessions.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
-import {
-  LaunchError,
-  type LauncherSettings,
-  parseLaunchParams,
-  performLaunch,
-} from '../../integration/launcher.js';
+import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
 import { escapeHtml, layout } from '../app/layout.js';
+import { globalRedirectOrigins } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
+import { clientPrincipal } from '../fhir/principal.js';
 
 /**
  * The export status of a QuestionnaireResponse (`exportStatus` of the export module); a failure to
@@ -63,18 +63,34 @@ export const exportStatusText = (status: ExportStatus | undefined): { label: str
   }
 };
 
-const launcherSettings = (casebook: Casebook): LauncherSettings | undefined => {
-  const { config } = casebook;
-  const { clientId, clientSecret } = config.launcher;
-  if (!clientId || !clientSecret) return undefined;
-  return {
-    ...config.launcher,
+const notConfigured = (detail: string) =>
+  new HttpError(503, 'LauncherNotConfigured', `the launcher is not configured: ${detail}`);
+
+/**
+ * The API client the launcher acts as (LAUNCHER_CLIENT_ID, checked against LAUNCHER_CLIENT_SECRET):
+ * its tenant, scopes and projects govern what a launch may write.
+ * @throws {HttpError} 503 when it is not configured or does not match a client.
+ */
+const launcherClient = async (casebook: Casebook): Promise<ClientPrincipal> => {
+  const { clientId, clientSecret } = casebook.config.launcher;
+  if (!clientId || !clientSecret)
+    throw notConfigured('LAUNCHER_CLIENT_ID and LAUNCHER_CLIENT_SECRET are not set');
+  const [row] = await casebook.sql.query<{
+    client_id: string;
+    tenant_id: number;
+    secret_hash: string;
+    scopes: string[];
+    projects: string[];
+  }>(`SELECT client_id, tenant_id, secret_hash, scopes, projects FROM rm_api_clients WHERE client_id = $1`, [
     clientId,
-    clientSecret,
-    fhirUrl: config.fhirUrl,
-    authUrl: config.authUrl,
-    appUrl: config.appUrl,
-    launchUrl: config.launchUrl,
+  ]);
+  if (!row || !(await verifySecret(clientSecret, row.secret_hash)))
+    throw notConfigured('LAUNCHER_CLIENT_ID/LAUNCHER_CLIENT_SECRET do not match an API client');
+  return {
+    clientId: row.client_id,
+    tenantId: Number(row.tenant_id),
+    scopes: row.scopes,
+    projects: row.projects,
   };
 };
 
@@ -109,23 +125,33 @@ export const launchRouter = (casebook: Casebook): Router => {
   router.get('/', async (ctx) => {
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Referrer-Policy', 'no-referrer');
-    const settings = launcherSettings(casebook);
-    if (!settings)
-      throw new HttpError(
-        503,
-        'LauncherNotConfigured',
-        'the launcher is not configured (LAUNCHER_CLIENT_ID and LAUNCHER_CLIENT_SECRET are not set)',
-      );
+    let request: ReturnType<typeof parseLaunchParams>;
     try {
-      const request = parseLaunchParams(ctx.query, casebook.clock());
-      const result = await performLaunch(request, settings);
-      ctx.status = 303;
-      ctx.redirect(result.redirect);
-      ctx.status = 303;
+      request = parseLaunchParams(ctx.query, casebook.clock());
     } catch (error) {
       if (error instanceof LaunchError) throw new HttpError(error.status, 'LaunchFailed', error.message);
       throw error;
     }
+    const client = await launcherClient(casebook);
+    const { config } = casebook;
+    const outcome = await launch(
+      casebook.context({
+        tenantId: client.tenantId,
+        actor: { type: 'client', id: client.clientId },
+        requestId: ctx.state.requestId as string,
+      }),
+      client,
+      clientPrincipal(client),
+      request,
+      config.launcher,
+      `${config.launchUrl}/submitted`,
+      globalRedirectOrigins(casebook),
+    );
+    const next = `${config.appUrl}/external/v1?task=Task/${outcome.taskId}`;
+    const params = new URLSearchParams({ token: outcome.session.handoverToken, next });
+    ctx.status = 303;
+    ctx.redirect(`${config.authUrl}/sessions/$handover?${params.toString()}`);
+    ctx.status = 303;
   });
 
   router.get('/submitted', async (ctx) => {
