@@ -14,6 +14,7 @@ import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
+import { createMetrics, type Metrics } from './metrics.js';
 import { allProjections } from './projections/index.js';
 import { ProjectionRunner, ReadModelUnavailable } from './projections/runner.js';
 
@@ -23,6 +24,7 @@ export interface Casebook {
   readonly store: EventStore;
   readonly runner: ProjectionRunner;
   readonly logger: Logger;
+  readonly metrics: Metrics;
   /** The report exporter, when EXPORT_SINK is set and this process runs it. */
   readonly exporter: Exporter | undefined;
   /** The clock every command reads its `now` from (tests move it). */
@@ -131,12 +133,14 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     runner.start();
   }
   let exporter: Exporter | undefined;
+  const metrics = createMetrics();
   const casebook: Casebook = {
     config,
     sql,
     store,
     runner,
     logger,
+    metrics,
     get exporter() {
       return exporter;
     },
@@ -151,6 +155,8 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       requestId: cause.requestId ?? null,
       now: clock(),
       afterAppend: async (position, events) => {
+        metrics.appends.inc();
+        metrics.appendedEvents.inc(events.length);
         if (runner.mode === 'async' && !(await runner.waitFor(position)))
           logger.warn({ position: String(position.commit) }, 'read models did not reach a write within 5 s');
         const stopped = runner.stoppedByEvents(events.map((e) => e.id));

@@ -35,6 +35,7 @@ const schema = z.object({
   CASEBOOK_SEED: z.string().optional(),
   ALLOWED_REDIRECT_ORIGINS: list,
   CORS_ORIGINS: list,
+  METRICS_TOKEN: z.string().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EXPORT_SINK: z.string().optional(),
   LAUNCHER_CLIENT_ID: z.string().optional(),
@@ -63,6 +64,8 @@ export interface Config {
   readonly allowedRedirectOrigins: readonly string[];
   readonly corsOrigins: readonly string[];
   readonly logLevel: string;
+  /** When set, /metrics answers only `Authorization: Bearer <metricsToken>`. */
+  readonly metricsToken: string | undefined;
   /**
    * Where report text goes (DESIGN.md §5): `http(s)://…` (POST text/plain), `mllp://host:port`
    * (HL7 v2 ORU^R01), `file:///absolute/dir`; undefined = no export.
@@ -112,6 +115,7 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     allowedRedirectOrigins: e.ALLOWED_REDIRECT_ORIGINS.map((o) => new URL(o).origin),
     corsOrigins: e.CORS_ORIGINS,
     logLevel: e.LOG_LEVEL,
+    metricsToken: e.METRICS_TOKEN || undefined,
     exportSink: e.EXPORT_SINK || undefined,
     launcher: {
       clientId: e.LAUNCHER_CLIENT_ID || undefined,

@@ -120,6 +120,14 @@ export class EventIdConflict extends Error {
   }
 }
 
+/**
+ * Thrown when an event holds what the store cannot keep (on the SQL stores, U+0000 in a string of
+ * its data); nothing was written. The edge refuses such input before (docs/interface.md §7).
+ */
+export class UnstorableEvent extends Error {
+  override readonly name = 'UnstorableEvent';
+}
+
 export interface ReadStreamOptions {
   /** First revision to return (inclusive); default 0n. */
   readonly fromRevision?: bigint;

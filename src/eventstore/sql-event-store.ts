@@ -35,6 +35,7 @@ import {
   type ReadStreamOptions,
   type RecordedEvent,
   type SubscribeOptions,
+  UnstorableEvent,
   WrongExpectedVersion,
 } from './port.js';
 
@@ -274,6 +275,9 @@ const mapAppendError = (error: unknown): unknown => {
     return new WrongExpectedVersion(d.stream, parseExpected(d.expected), actual < 0n ? 'no_stream' : actual);
   }
   if (code === 'CBE01') return new EventIdConflict(typeof detail === 'string' ? detail : 'unknown');
+  // \u0000 in a JSON string, or bytes that are not UTF-8: Postgres text cannot hold them.
+  if (code === '22P05' || code === '22021')
+    return new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
   return error;
 };
 

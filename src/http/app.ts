@@ -15,6 +15,7 @@ import { HttpError, sendProblem, toProblem } from './errors.js';
 import { sendOutcome, toOutcome } from './fhir/outcome.js';
 import { fhirRouter } from './fhir/router.js';
 import { launchRouter } from './launch/router.js';
+import { opsRouter } from './ops.js';
 import { SDC_OPERATIONS } from './sdc/operations.js';
 import { sdcRouter } from './sdc/router.js';
 
@@ -120,6 +121,14 @@ export const createHttpApp = (casebook: Casebook): Koa => {
         });
       }
     } finally {
+      const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
+      const labels = {
+        method: ctx.method,
+        route: typeof route === 'string' ? route : 'unmatched',
+        status: String(ctx.status),
+      };
+      casebook.metrics.httpRequests.inc(labels);
+      casebook.metrics.httpDuration.observe(labels, (performance.now() - started) / 1000);
       logger.info(
         {
           requestId: ctx.state.requestId,
@@ -164,9 +173,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   root.use(fhirPrefix, fhir.routes(), fhir.allowedMethods());
   // spec §4.5: the SDK also reads Questionnaires and posts QuestionnaireResponses at the form backend.
   if (sdcPrefix !== fhirPrefix) root.use(sdcPrefix, fhir.routes(), fhir.allowedMethods());
-  root.get('/healthz', (ctx) => {
-    ctx.body = { status: 'ok' };
-  });
+  const ops = opsRouter(casebook);
+  root.use(ops.routes(), ops.allowedMethods());
   app.use(root.routes());
   app.use(root.allowedMethods());
   return app;

@@ -7,7 +7,7 @@
 import type { Context } from 'koa';
 import { ZodError } from 'zod';
 import { DomainError, type DomainErrorKind } from '../domain/decider.js';
-import { EventIdConflict, WrongExpectedVersion } from '../eventstore/port.js';
+import { EventIdConflict, UnstorableEvent, WrongExpectedVersion } from '../eventstore/port.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
 
 const STATUS: Record<DomainErrorKind, number> = {
@@ -90,6 +90,12 @@ export const toProblem = (error: unknown): Problem | undefined => {
       detail: 'the resource was changed concurrently; retry the request',
     };
   if (error instanceof EventIdConflict) return { status: 409, code: 'Conflict', detail: error.message };
+  if (error instanceof UnstorableEvent)
+    return {
+      status: 400,
+      code: 'InvalidCharacters',
+      detail: `the request holds ${error.message.replace(/^an event holds /, '')}`,
+    };
   // A read model this write needs is stopped (docs/architecture.md "Projections"): not the client's fault.
   if (error instanceof ReadModelUnavailable)
     return { status: 503, code: 'ReadModelUnavailable', detail: error.message };

@@ -268,6 +268,33 @@ export class ProjectionRunner {
   }
 
   /**
+   * Events of the log each projection has not applied: 0 for a live inline projection, the events
+   * after its checkpoint otherwise (counted on the SQL stores; undefined on KurrentDB).
+   */
+  async lag(states?: readonly ProjectionState[]): Promise<Map<string, number | undefined>> {
+    const result = new Map<string, number | undefined>();
+    for (const state of states ?? (await this.states())) {
+      if (this.mode === 'inline' && state.status === 'live') {
+        result.set(state.name, 0);
+        continue;
+      }
+      if (this.store.kind === 'kurrentdb') {
+        result.set(state.name, undefined);
+        continue;
+      }
+      const from = state.checkpoint;
+      const [row] = from
+        ? await this.sql.query<{ n: string }>(
+            `SELECT count(*)::text AS n FROM es_events WHERE (transaction_id, position) > ($1::xid8, $2::bigint)`,
+            [String(from.commit), String(from.prepare)],
+          )
+        : await this.sql.query<{ n: string }>(`SELECT count(*)::text AS n FROM es_events`);
+      result.set(state.name, Number(row?.n ?? 0));
+    }
+    return result;
+  }
+
+  /**
    * The position every projection has caught up to: the least checkpoint (undefined when one has
    * none). Meaningful in async mode and while building; live inline projections keep no checkpoint.
    */

@@ -22,6 +22,7 @@ import {
 import type { Content } from '../../domain/fhir/resource.js';
 import { resourceStream } from '../../domain/fhir/resource.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
+import type { Metrics } from '../../metrics.js';
 import { readResource, searchResources } from '../../projections/resources.js';
 import type { ProjectionRunner } from '../../projections/runner.js';
 import { generateNarrative } from '../../sdc/narrative.js';
@@ -38,6 +39,7 @@ export interface ExporterDeps {
   readonly store: EventStore;
   readonly runner: ProjectionRunner;
   readonly logger: Logger;
+  readonly metrics?: Metrics;
   context(cause: { tenantId: number | null; actor: Actor }): CommandContext;
 }
 
@@ -151,6 +153,22 @@ export class Exporter {
       .catch((error: unknown) => {
         logger.error({ err: error }, 'report exporter stopped');
       });
+  }
+
+  /**
+   * The outbox as /readyz and /metrics report it: report versions not yet delivered and the age of
+   * the oldest, seconds.
+   */
+  async health(): Promise<{ pending: number; oldestPendingSeconds: number | null }> {
+    const [row] = await this.deps.sql.query<{ pending: string; oldest: string | Date | null }>(
+      `SELECT count(*)::text AS pending, min(next_attempt_at) AS oldest FROM rm_export_outbox
+        WHERE state IN ('pending', 'failed')`,
+    );
+    const pending = Number(row?.pending ?? 0);
+    const oldest = row?.oldest ? (this.now().getTime() - new Date(row.oldest).getTime()) / 1000 : null;
+    this.deps.metrics?.exportPending.set(pending);
+    this.deps.metrics?.exportOldestPendingSeconds.set(oldest ?? 0);
+    return { pending, oldestPendingSeconds: oldest === null ? null : Math.max(0, Math.round(oldest)) };
   }
 
   /** Stops the exporter and waits for the delivery in progress. */
