@@ -1,5 +1,5 @@
 /**
- * Configuration from environment variables (DESIGN.md §5). Every variable is optional; the
+ * Configuration from environment variables (README.md "Configuration"). Every variable is optional; the
  * defaults run the embedded PGlite store in ./data with all hosts on http://localhost:8080.
  */
 import { z } from 'zod';
@@ -67,11 +67,11 @@ export interface Config {
   /** When set, /metrics answers only `Authorization: Bearer <metricsToken>`. */
   readonly metricsToken: string | undefined;
   /**
-   * Where report text goes (DESIGN.md §5): `http(s)://…` (POST text/plain), `mllp://host:port`
+   * Where report text goes (README.md "Configuration"): `http(s)://…` (POST text/plain), `mllp://host:port`
    * (HL7 v2 ORU^R01), `file:///absolute/dir`; undefined = no export.
    */
   readonly exportSink: string | undefined;
-  /** The hospital launcher (spec §1.6, §4.6): its client credentials and identifier systems. */
+  /** The hospital launcher (docs/interface.md §1.6, §4.6): its client credentials and identifier systems. */
   readonly launcher: {
     readonly clientId: string | undefined;
     readonly clientSecret: string | undefined;

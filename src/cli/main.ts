@@ -1,5 +1,5 @@
 /**
- * `casebook` — the command line (DESIGN.md §3 cli/): serve, project, replay, tenants, clients,
+ * `casebook` — the command line (docs/architecture.md "Layers" cli/): serve, project, replay, tenants, clients,
  * seed, events. Commands that print data print JSON.
  */
 import { once } from 'node:events';
@@ -251,7 +251,7 @@ tenants
   .command('create')
   .description('create a data tenant')
   .requiredOption('--name <name>', 'tenant name (unique)')
-  .option('--ehr-managed', 'an EHR-managed tenant (spec §5.3 rule 2)', false)
+  .option('--ehr-managed', 'an EHR-managed tenant (docs/interface.md §5.3 rule 2)', false)
   .option('--allowed-scopes <scopes>', 'space-separated scopes sessions may get', 'patient/*.* user/*.*')
   .option('--redirect-origin <origin>', 'an origin redirects may go to (repeatable)', collect, [])
   .action((o: { name: string; ehrManaged: boolean; allowedScopes: string; redirectOrigin: string[] }) =>
@@ -330,7 +330,10 @@ questionnaires
   .command('create')
   .description('create a Questionnaire from a JSON file, or update the one with the same url and version')
   .requiredOption('--tenant <id>', 'data tenant id', (v) => Number.parseInt(v, 10))
-  .requiredOption('--project <project>', 'the service-account project it belongs to (spec §5.3 rule 3)')
+  .requiredOption(
+    '--project <project>',
+    'the service-account project it belongs to (docs/interface.md §5.3 rule 3)',
+  )
   .requiredOption('--file <path>', 'a Questionnaire resource (JSON)')
   .action((o: { tenant: number; project: string; file: string }) =>
     withCasebook(async (casebook) => {
@@ -355,7 +358,7 @@ questionnaires
 
 program
   .command('seed <file>')
-  .description('apply a seed file (DESIGN.md §5); idempotent')
+  .description('apply a seed file (README.md "Configuration"); idempotent')
   .action((file: string) =>
     withCasebook(async (casebook) => {
       print(await applySeed(casebook, readSeed(file)));

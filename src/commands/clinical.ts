@@ -32,7 +32,7 @@ export const findByIdentifier = async (
   return id === undefined ? undefined : findById(uow, resourceType, tenantId, id);
 };
 
-/** Loads a resource by id; undefined when missing, deleted or in another tenant (spec §5.3: isolation). */
+/** Loads a resource by id; undefined when missing, deleted or in another tenant (docs/interface.md §5.3: isolation). */
 export const findById = async (
   uow: UnitOfWork,
   resourceType: ContextResourceType,
@@ -47,7 +47,7 @@ export const findById = async (
 };
 
 /**
- * Registers a new context resource with one identifier (spec §2.2 role new) as decisions of `uow`:
+ * Registers a new context resource with one identifier (docs/interface.md §2.2 role new) as decisions of `uow`:
  * its identifier reservation and its creation. A concurrent registration of the same identifier
  * makes the append conflict; the command's retry then finds it.
  */

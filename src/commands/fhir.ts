@@ -48,7 +48,7 @@ const gone = (type: ResourceType, id: number) =>
 
 /**
  * The project a new Questionnaire belongs to: its `meta.tag` of {@link PROJECT_TAG_SYSTEM}, or the
- * caller's only project (spec §5.3 rule 3).
+ * caller's only project (docs/interface.md §5.3 rule 3).
  * @throws {DomainError} 422 when the caller has several projects and the tag names none.
  */
 export const projectOf = (principal: Principal, body: unknown): string => {
@@ -151,7 +151,7 @@ export const conditionalCreate = async (
 };
 
 /**
- * FHIR update (PUT /{type}/{id}); partial for the clinical context resources (spec §4.3 rule 3).
+ * FHIR update (PUT /{type}/{id}); partial for the clinical context resources (docs/interface.md §4.3 rule 3).
  * @throws {DomainError} 400 id mismatch, 404, 410, 412 If-Match, 403 scopes (before and after),
  *   409 duplicate identifier, 422 invalid body or broken reference.
  */
@@ -186,7 +186,7 @@ export const update = async (
 };
 
 /**
- * FHIR conditional update (PUT /{type}?identifier=system|value; spec §4.3 rule 2): updates the
+ * FHIR conditional update (PUT /{type}?identifier=system|value; docs/interface.md §4.3 rule 2): updates the
  * match, merging identifiers, or creates the resource with the identifier.
  * @returns created: true when nothing matched.
  * @throws {DomainError} 422 without identifier, or when creating without a system; 412 multiple
@@ -199,7 +199,7 @@ export const conditionalUpdate = async (
   identifier: string | undefined,
   body: unknown,
 ): Promise<WriteResult> => {
-  // spec §4.3 rule 2, §7: conditional update needs the identifier query parameter.
+  // docs/interface.md §4.3 rule 2, §7: conditional update needs the identifier query parameter.
   if (!identifier)
     throw new DomainError(
       'unprocessable',
@@ -234,7 +234,7 @@ export const conditionalUpdate = async (
     );
   // Creating validates like a create (required elements), not like a partial update.
   const created = withMatch(parseResource(def, body, 'create'));
-  // A Questionnaire created here belongs to a project like one created by POST (spec §5.3 rule 3).
+  // A Questionnaire created here belongs to a project like one created by POST (docs/interface.md §5.3 rule 3).
   const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
   const author = authorOf(principal);
   authorize(
@@ -250,7 +250,7 @@ export const conditionalUpdate = async (
 };
 
 /**
- * FHIR delete (spec §4.3 rule 4): refused with 409 while live resources reference it.
+ * FHIR delete (docs/interface.md §4.3 rule 4): refused with 409 while live resources reference it.
  * @throws {DomainError} 404, 403, 409 referenced, 412 If-Match.
  */
 export const remove = async (

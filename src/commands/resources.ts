@@ -146,7 +146,7 @@ export const findMatch = async (
 /**
  * Claims the reservation of `identifier` for resource `id`; `fresh` assumes it is free without
  * reading it (a taken one makes the append conflict, and the retry reads it).
- * @throws {DomainError} 409 `duplicate` with the Location of the holder (spec §7).
+ * @throws {DomainError} 409 `duplicate` with the Location of the holder (docs/interface.md §7).
  */
 const claim = async (
   uow: UnitOfWork,
@@ -196,7 +196,7 @@ const minus = <T extends Identifier>(a: readonly T[], b: readonly T[]) =>
   a.filter((x) => !b.some((y) => sameIdentifier(x, y)));
 
 export interface CreateOptions {
-  /** Questionnaire: its project (spec §5.3 rule 3). */
+  /** Questionnaire: its project (docs/interface.md §5.3 rule 3). */
   readonly project?: string;
   /** Session user (`Practitioner/<id>`) who authors it, for `user/` scopes. */
   readonly author?: string;
@@ -244,7 +244,7 @@ export const createResource = async (
   return { id, versionId: 1, lastUpdated: uow.now, created: true, content };
 };
 
-/** spec §4.3 rule 3: a partial update keeps omitted elements; a given identifier list replaces the old one. */
+/** docs/interface.md §4.3 rule 3: a partial update keeps omitted elements; a given identifier list replaces the old one. */
 const merged = (def: ResourceDefinition, current: Content, given: Content): Content =>
   def.partialUpdate ? { ...current, ...given } : given;
 
@@ -269,7 +269,7 @@ export const updateResource = async (
     throw versionMismatch(`${def.type}/${id}`, options.ifMatch, current);
   let next = merged(def, state.resource, content);
   if (options.mergeIdentifiers) {
-    // spec §4.3 rule 2: conditional update merges submitted identifiers with the existing ones.
+    // docs/interface.md §4.3 rule 2: conditional update merges submitted identifiers with the existing ones.
     const existing = identifiersOf(state.resource);
     next = { ...next, identifier: [...existing, ...minus(identifiersOf(content), existing)] };
   }
@@ -290,7 +290,7 @@ export const updateResource = async (
 };
 
 /**
- * Conditional update by identifier (spec §4.3 rule 2): updates the resource matching `match`
+ * Conditional update by identifier (docs/interface.md §4.3 rule 2): updates the resource matching `match`
  * (merging identifiers), or creates it with that identifier, reserving it. Racing calls for the
  * same new identifier converge: the losers' retries find the winner's resource and update it.
  * @param content the content to update with (partial for the clinical context resources).
@@ -319,7 +319,7 @@ export const conditionalUpdate = async (
 };
 
 /**
- * Deletes resource `id` permanently (spec §4.3 rule 4): refused with 409 while live resources of
+ * Deletes resource `id` permanently (docs/interface.md §4.3 rule 4): refused with 409 while live resources of
  * `def.deleteBlockedBy` reference it; its identifier reservations are released. Deleting a deleted
  * resource changes nothing.
  * @param referencedBy the live resources referencing it (from the read model).

@@ -1,5 +1,5 @@
 /**
- * Secrets (DESIGN.md §4): client secrets are stored as salted scrypt hashes and compared in
+ * Secrets (docs/architecture.md "Security"): client secrets are stored as salted scrypt hashes and compared in
  * constant time; handover tokens and session cookies are 256-bit random values stored as SHA-256
  * hashes (high-entropy values need no salt or work factor).
  */

@@ -1,5 +1,5 @@
 /**
- * The seed file (`CASEBOOK_SEED`, DESIGN.md §5), applied idempotently as ordinary commands, and
+ * The seed file (`CASEBOOK_SEED`, README.md "Configuration"), applied idempotently as ordinary commands, and
  * the demo bootstrap for an empty store.
  */
 import { readFileSync } from 'node:fs';

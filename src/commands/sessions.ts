@@ -1,5 +1,5 @@
 /**
- * The session commands of the auth host (spec §2.1–2.3, §3.1, §4.1, §5).
+ * The session commands of the auth host (docs/interface.md §2.1–2.3, §3.1, §4.1, §5).
  */
 
 import { allocateId } from '../db/sequences.js';
@@ -26,7 +26,7 @@ import type { CommandContext } from './context.js';
 import { execute, type UnitOfWork } from './handler.js';
 import { hashToken, randomToken } from './secrets.js';
 
-/** spec §2.2 role: `new` creates when missing; `find` and `launch` (role omitted) only look up. */
+/** docs/interface.md §2.2 role: `new` creates when missing; `find` and `launch` (role omitted) only look up. */
 export type ContextRole = 'new' | 'find' | 'launch';
 
 export interface ContextItem {
@@ -35,7 +35,7 @@ export interface ContextItem {
   readonly role: ContextRole;
 }
 
-/** A validated POST /sessions body (spec §2.1); the HTTP edge's zod schema produces it. */
+/** A validated POST /sessions body (docs/interface.md §2.1); the HTTP edge's zod schema produces it. */
 export interface CreateSessionInput {
   readonly scope?: string | string[];
   readonly patient?: number;
@@ -47,7 +47,7 @@ export interface CreateSessionInput {
   readonly postCancelRedirect?: string;
 }
 
-/** The authenticated API client (spec §5 rule 1). */
+/** The authenticated API client (docs/interface.md §5 rule 1). */
 export interface ClientPrincipal {
   readonly clientId: string;
   readonly tenantId: number;
@@ -86,7 +86,7 @@ const tenantInfo = (state: Tenant, tenantId: number): TenantInfo => {
 };
 
 /**
- * Checks a redirect target against the allowed origins (DESIGN.md §4: no open redirect).
+ * Checks a redirect target against the allowed origins (docs/architecture.md "Security": no open redirect).
  * @throws {DomainError} invalid (400) when it is not an absolute http(s) URL of an allowed origin.
  */
 export const checkRedirect = (target: string, allowedOrigins: readonly string[], field: string): string => {
@@ -124,7 +124,7 @@ interface ResolvedContext {
 }
 
 /**
- * Resolves patient, encounter and user (spec §2.1, §2.2): ids must exist in the tenant, fhirContext
+ * Resolves patient, encounter and user (docs/interface.md §2.1, §2.2): ids must exist in the tenant, fhirContext
  * items are looked up by identifier; role `new` items that are missing are registered as decisions
  * of `uow` (appended with the session). `user` wins over a Practitioner item.
  */
@@ -200,7 +200,7 @@ const resolveContext = async (
     patientResolved ??= await findById(uow, 'Patient', tenantId, subject);
   }
 
-  // spec §2.1 user: `user` wins over a Practitioner item, which is then ignored.
+  // docs/interface.md §2.1 user: `user` wins over a Practitioner item, which is then ignored.
   let user: Pending;
   if (input.user !== undefined) {
     const found = await findById(uow, 'Practitioner', tenantId, input.user);
@@ -279,7 +279,7 @@ export interface CreatedSession {
 }
 
 /**
- * POST /sessions (spec §2.1–2.3, §5.3): resolves the launch context, downscopes the requested
+ * POST /sessions (docs/interface.md §2.1–2.3, §5.3): resolves the launch context, downscopes the requested
  * scopes and appends `SessionCreated` — together with any Patient/Encounter/Practitioner created
  * by role `new` — in one atomic append.
  * @param globalOrigins origins every tenant may redirect to (the app host, ALLOWED_REDIRECT_ORIGINS).
@@ -367,7 +367,7 @@ export const openSession = async (
 const TOKEN_PATTERN = /^(\d{1,10})\.[A-Za-z0-9_-]{43}$/;
 
 /**
- * GET|POST /sessions/$handover (spec §4.1 handover rules, §3.1, §5 rule 3): activates the session,
+ * GET|POST /sessions/$handover (docs/interface.md §4.1 handover rules, §3.1, §5 rule 3): activates the session,
  * deletes the token and issues the cookie. Exactly one of two racing handovers succeeds (the
  * append expects the revision read; the retry then sees the token used).
  * @returns the cookie value (only its hash is stored) and the session's expiry.
@@ -405,7 +405,7 @@ export const handOverSession = async (
 };
 
 /**
- * DELETE /sessions/{id} (spec §3.1, §5 rule 1): ends the session; its cookie stops working at once.
+ * DELETE /sessions/{id} (docs/interface.md §3.1, §5 rule 1): ends the session; its cookie stops working at once.
  * Ending an ended session changes nothing.
  * @throws {DomainError} not_found (404) for a missing session or one of another tenant.
  */

@@ -60,7 +60,7 @@ const tenantSettings = (input: TenantSettings): TenantSettings => ({
 
 /**
  * Creates a tenant, or (with `ensure`) converges an existing tenant of the same name to the given
- * settings. The name is reserved race-free (reservation stream, DESIGN.md §2).
+ * settings. The name is reserved race-free (reservation stream, docs/architecture.md "Event store").
  * @returns the tenant id and whether it was created.
  * @throws {DomainError} conflict when the name is taken and `ensure` is false; invalid settings.
  */

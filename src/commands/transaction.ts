@@ -195,7 +195,7 @@ export const transaction = async (
           const params = new URLSearchParams(query ?? '');
           const identifier = params.get('identifier') ?? undefined;
           const result = await conditionalUpdate(uow, principal, def, identifier, resource);
-          // spec §4.3 rule 2: 200 whether it updated or created.
+          // docs/interface.md §4.3 rule 2: 200 whether it updated or created.
           return done('200 OK', result);
         }
         const id = idOf(def.type, rawId);

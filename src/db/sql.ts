@@ -1,6 +1,6 @@
 /**
  * A small SQL connection abstraction over node-postgres (a pool) and PGlite (one in-process
- * connection), so the SQL event store and the projections run unchanged on both (DESIGN.md §2).
+ * connection), so the SQL event store and the projections run unchanged on both (docs/architecture.md "Event store").
  */
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';

@@ -47,7 +47,7 @@ export class DomainError extends Error {
     /**
      * FHIR specifics: an OperationOutcome issue code other than the kind's default
      * (`duplicate`, `multiple-matches`, `required`, `business-rule`…), and the `Location` of an
-     * existing resource (spec §7: 409 duplicate points at the existing Patient).
+     * existing resource (docs/interface.md §7: 409 duplicate points at the existing Patient).
      */
     readonly fhir: { readonly issueCode?: string; readonly location?: string } = {},
   ) {

@@ -1,5 +1,5 @@
 /**
- * The event store (DESIGN.md §2): the port and the choice of adapter.
+ * The event store (docs/architecture.md "Event store"): the port and the choice of adapter.
  */
 import type { Sql } from '../db/sql.js';
 import { KurrentDbEventStore } from './kurrentdb-event-store.js';

@@ -1,5 +1,5 @@
 /**
- * The KurrentDB (formerly EventStoreDB) adapter of the event store port (DESIGN.md §2), over the
+ * The KurrentDB (formerly EventStoreDB) adapter of the event store port (docs/architecture.md "Event store"), over the
  * official gRPC client `@kurrent/kurrentdb-client`. Selected by `KURRENTDB_URL`
  * (e.g. `kurrentdb://localhost:2113?tls=false`).
  *
@@ -151,7 +151,7 @@ const mapAppendError = (error: unknown, requests: readonly AppendRequest[]): unk
   return new WrongExpectedVersion(request.streamName, request.expectedState, toActual(error.actualState));
 };
 
-/** Event store on a KurrentDB server (DESIGN.md §2). Open with {@link KurrentDbEventStore.open}. */
+/** Event store on a KurrentDB server (docs/architecture.md "Event store"). Open with {@link KurrentDbEventStore.open}. */
 export class KurrentDbEventStore implements EventStore {
   readonly kind = 'kurrentdb' as const;
   private readonly subscriptions = new Set<AllStreamSubscription>();

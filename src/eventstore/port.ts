@@ -1,5 +1,5 @@
 /**
- * The event store port (DESIGN.md §2): append to a stream with an expected stream state, read a
+ * The event store port (docs/architecture.md "Event store"): append to a stream with an expected stream state, read a
  * stream, read `$all` from a position, subscribe to `$all` from a position. Three adapters
  * implement it (postgres, pglite, kurrentdb) and one contract suite (test/eventstore) checks them.
  */
@@ -47,7 +47,7 @@ export interface Actor {
   readonly id: string;
 }
 
-/** Metadata recorded with every event (DESIGN.md §2). */
+/** Metadata recorded with every event (docs/architecture.md "Event store"). */
 export interface EventMetadata {
   /** The data tenant the event belongs to; null only for events outside any tenant. */
   readonly tenantId: number | null;

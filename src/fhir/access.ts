@@ -1,9 +1,9 @@
 /**
- * Scope enforcement on the data server (spec §5 rule 4, §5.3; issue 3 "Authentication").
+ * Scope enforcement on the data server (docs/interface.md §5 rule 4, §5.3; issue 3 "Authentication").
  * API clients are governed by their own scopes, tenant-wide. Sessions are governed by their stored
  * v2 scopes: `system/` tenant-wide, `patient/` only inside the session patient's compartment,
  * `user/` only what the session user authored (and the user's own Practitioner). Questionnaire
- * access comes only from project-filtered Questionnaire scopes (spec §5.3 rule 3).
+ * access comes only from project-filtered Questionnaire scopes (docs/interface.md §5.3 rule 3).
  */
 import { DomainError } from '../domain/decider.js';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
@@ -76,7 +76,7 @@ const PERMISSION_NAMES: Record<Permission, string> = {
   s: 'search',
 };
 
-/** Does one Questionnaire scope's filters admit the Questionnaire (spec §5.3 rule 3)? */
+/** Does one Questionnaire scope's filters admit the Questionnaire (docs/interface.md §5.3 rule 3)? */
 const questionnaireFiltersAdmit = (scope: ResourceScope, target: AccessTarget): boolean => {
   const content = target.content ?? {};
   return scope.filters.every(([name, value]) => {
@@ -129,7 +129,7 @@ export const mayAtAll = (principal: Principal, permission: Permission, resourceT
   scopesFor([...principal.scopes], { resourceType, permission }).length > 0;
 
 /**
- * Refuses a request its scopes do not cover (spec §5.3 rule 1, §7: 403 `forbidden`).
+ * Refuses a request its scopes do not cover (docs/interface.md §5.3 rule 1, §7: 403 `forbidden`).
  * @throws {DomainError} forbidden.
  */
 export const authorize = (principal: Principal, permission: Permission, target: AccessTarget): void => {

@@ -1,4 +1,4 @@
-/** zod schemas of Patient (spec §2.5), Encounter and Practitioner (issue 3). */
+/** zod schemas of Patient (docs/interface.md §2.5), Encounter and Practitioner (issue 3). */
 import { z } from 'zod';
 import {
   defined,

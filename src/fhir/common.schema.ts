@@ -1,7 +1,7 @@
 /** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
 import { z } from 'zod';
 
-/** spec §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
+/** docs/interface.md §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
 export const identifier = z
   .object({
     system: z
@@ -78,7 +78,7 @@ export const reference = (type: string) =>
     })
     .strict();
 
-/** spec §2.5: only prefix, given, family and text of a name are used; use, suffix, period… are ignored. */
+/** docs/interface.md §2.5: only prefix, given, family and text of a name are used; use, suffix, period… are ignored. */
 export const humanName = z
   .object({
     prefix: z.array(z.string()).optional(),
@@ -88,7 +88,7 @@ export const humanName = z
   })
   .strip();
 
-/** spec §2.5: only the first name is stored. */
+/** docs/interface.md §2.5: only the first name is stored. */
 export const firstNameOnly = z
   .array(humanName)
   .transform((names) => (names.length === 0 ? [] : [names[0]!]))

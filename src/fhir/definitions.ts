@@ -1,8 +1,8 @@
 /**
  * What casebook knows about each resource type it stores (issue 3): how a request body becomes
- * stored content, whether updates are partial (spec §4.3 rule 3), whether identifiers are unique
- * in the tenant (spec §4.3 rule 1), which references must resolve, and what blocks a delete
- * (spec §4.3 rule 4).
+ * stored content, whether updates are partial (docs/interface.md §4.3 rule 3), whether identifiers are unique
+ * in the tenant (docs/interface.md §4.3 rule 1), which references must resolve, and what blocks a delete
+ * (docs/interface.md §4.3 rule 4).
  */
 import type { z } from 'zod';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
@@ -35,13 +35,13 @@ export interface ResourceDefinition {
    * @throws {ZodError} or {DomainError} for invalid content (answered 422).
    */
   readonly parse: (body: unknown, mode: 'create' | 'update') => Content;
-  /** spec §4.3 rule 3: omitted elements stay unchanged, a given identifier list replaces the old one. */
+  /** docs/interface.md §4.3 rule 3: omitted elements stay unchanged, a given identifier list replaces the old one. */
   readonly partialUpdate: boolean;
-  /** spec §4.3 rule 1: an identifier belongs to at most one resource of this type in a tenant. */
+  /** docs/interface.md §4.3 rule 1: an identifier belongs to at most one resource of this type in a tenant. */
   readonly uniqueIdentifiers: boolean;
   /** The literal references in `content` that must point at existing resources of the tenant. */
   readonly references: (content: Content) => ReferenceToCheck[];
-  /** spec §4.3 rule 4: resource types whose live resources, referencing this one, block its delete. */
+  /** docs/interface.md §4.3 rule 4: resource types whose live resources, referencing this one, block its delete. */
   readonly deleteBlockedBy: readonly ResourceType[];
 }
 
@@ -58,7 +58,7 @@ const parser =
   (body: unknown, mode: 'create' | 'update'): Content =>
     (mode === 'create' ? create : update).parse(body);
 
-/** The rules of every resource type the data server stores (issue 3; spec §2.5–2.6, §4.3). */
+/** The rules of every resource type the data server stores (issue 3; docs/interface.md §2.5–2.6, §4.3). */
 export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   Patient: {
     type: 'Patient',

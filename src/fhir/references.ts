@@ -1,6 +1,6 @@
 /**
  * FHIR references and the compartment facts derived from a resource's content: which Patient
- * and Encounter it belongs to (spec §5.3 `patient/` compartment, spec §4.3 rule 4 references).
+ * and Encounter it belongs to (docs/interface.md §5.3 `patient/` compartment, docs/interface.md §4.3 rule 4 references).
  */
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
 

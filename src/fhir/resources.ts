@@ -9,7 +9,7 @@ import { DomainError } from '../domain/decider.js';
 import { type Content, isResourceType } from '../domain/fhir/resource.js';
 import { DEFINITIONS, type ResourceDefinition } from './definitions.js';
 
-/** Tag system naming a Questionnaire's project on create (spec §5.3 rule 3). */
+/** Tag system naming a Questionnaire's project on create (docs/interface.md §5.3 rule 3). */
 export const PROJECT_TAG_SYSTEM = 'https://casebook.dev/fhir/CodeSystem/project';
 
 /** A resource body that failed validation: answered 422 with one issue per problem. */
@@ -37,7 +37,7 @@ export const definitionOf = (type: string): ResourceDefinition => {
   return DEFINITIONS[type];
 };
 
-/** A resource id as an integer. @throws {DomainError} 404 when it is not one (ids are integers, spec §2.1). */
+/** A resource id as an integer. @throws {DomainError} 404 when it is not one (ids are integers, docs/interface.md §2.1). */
 export const idOf = (type: string, raw: string | undefined): number => {
   if (!raw || !/^\d{1,10}$/.test(raw) || Number(raw) > 2_147_483_647)
     throw new DomainError(

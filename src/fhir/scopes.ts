@@ -1,14 +1,14 @@
 /**
  * SMART on FHIR resource scopes: parsing (v1 and v2 syntax), v2 formatting, downscoping at
- * session creation and the lookup used by data-server enforcement (spec §5.3, §2.1 `scope`).
+ * session creation and the lookup used by data-server enforcement (docs/interface.md §5.3, §2.1 `scope`).
  *
- * Pure: no I/O, no clock. Stored scopes are always v2 (spec §2.3 `fhir_server.scope`).
+ * Pure: no I/O, no clock. Stored scopes are always v2 (docs/interface.md §2.3 `fhir_server.scope`).
  */
 
-/** `patient/`, `user/` or `system/` (spec §5.3 "Contexts"). */
+/** `patient/`, `user/` or `system/` (docs/interface.md §5.3 "Contexts"). */
 export type ScopeContext = 'patient' | 'user' | 'system';
 
-/** v2 permission letters: create, read, update, delete, search (spec §5.3). */
+/** v2 permission letters: create, read, update, delete, search (docs/interface.md §5.3). */
 export type Permission = 'c' | 'r' | 'u' | 'd' | 's';
 
 /** One parsed resource scope, always in v2 form. */
@@ -22,7 +22,7 @@ export interface ResourceScope {
   filters: [name: string, value: string][];
 }
 
-/** Thrown for a scope that is neither a valid resource scope nor a well-known SMART scope (spec §5.3). */
+/** Thrown for a scope that is neither a valid resource scope nor a well-known SMART scope (docs/interface.md §5.3). */
 export class ScopeSyntaxError extends Error {
   override readonly name = 'ScopeSyntaxError';
   constructor(
@@ -40,7 +40,7 @@ const CONTEXTS: readonly ScopeContext[] = ['patient', 'user', 'system'];
 /** Canonical order; every permission list this module builds is filtered from it. */
 const PERMISSIONS: readonly Permission[] = ['c', 'r', 'u', 'd', 's'];
 
-/** spec §5.3: `.read` = rs, `.write` = cud (write does not include read), `.*` = cruds. */
+/** docs/interface.md §5.3: `.read` = rs, `.write` = cud (write does not include read), `.*` = cruds. */
 const V1_ACTIONS: Readonly<Record<string, readonly Permission[]>> = {
   read: ['r', 's'],
   write: ['c', 'u', 'd'],
@@ -64,7 +64,7 @@ const NON_RESOURCE_SCOPES: ReadonlySet<string> = new Set([
 
 const RESOURCE_TYPE = /^[A-Z][A-Za-z]+$/;
 
-/** spec §5.3 rule 3: the only filters a Questionnaire scope may carry. */
+/** docs/interface.md §5.3 rule 3: the only filters a Questionnaire scope may carry. */
 const QUESTIONNAIRE_FILTERS: ReadonlySet<string> = new Set([
   'project',
   'url',
@@ -73,7 +73,7 @@ const QUESTIONNAIRE_FILTERS: ReadonlySet<string> = new Set([
   'specialty',
 ]);
 
-/** spec §5.3 rule 2: context resources an EHR-managed tenant exposes read-by-id only. */
+/** docs/interface.md §5.3 rule 2: context resources an EHR-managed tenant exposes read-by-id only. */
 const EHR_CONTEXT_TYPES: readonly string[] = ['Patient', 'Encounter', 'Practitioner', 'DocumentReference'];
 
 const isContext = (text: string): text is ScopeContext => (CONTEXTS as readonly string[]).includes(text);
@@ -140,7 +140,7 @@ const parseFilters = (scope: string, resourceType: string, query: string): [stri
 };
 
 /**
- * Parses one scope token (spec §5.3): `<context>/<resourceType|*>.<action>[?query]`.
+ * Parses one scope token (docs/interface.md §5.3): `<context>/<resourceType|*>.<action>[?query]`.
  *
  * v1 actions are converted to v2 (`read` → rs, `write` → cud, `*` → cruds); v2 letters may come
  * in any order and are returned in canonical order c r u d s. Query values are URL-decoded with
@@ -181,7 +181,7 @@ export function parseScope(text: string): ResourceScope | null {
 }
 
 /**
- * Parses the session request's `scope` field (spec §2.1, §5.3): a space-separated string (any
+ * Parses the session request's `scope` field (docs/interface.md §2.1, §5.3): a space-separated string (any
  * whitespace; empty tokens dropped) or an array of strings, each of which may itself hold several
  * space-separated scopes. `undefined` yields no scopes.
  *
@@ -205,7 +205,7 @@ export function parseScopeList(input: string | string[] | undefined): {
 }
 
 /**
- * Formats a scope in v2 syntax (spec §5.3, §2.3 `fhir_server.scope`): `user/Patient.rs`,
+ * Formats a scope in v2 syntax (docs/interface.md §5.3, §2.3 `fhir_server.scope`): `user/Patient.rs`,
  * `user/Questionnaire.rs?project=radiology&url=https%3A%2F%2F…`. Filter names and values are
  * encoded with `encodeURIComponent`, so `parseScope(formatScope(s))` gives `s` back.
  * Does not validate: give it scopes from `parseScope` or `downscope`.
@@ -219,7 +219,7 @@ export function formatScope(scope: ResourceScope): string {
   return `${head}?${query}`;
 }
 
-/** Inputs of `downscope`, all known at session creation (spec §5.3 rule 1). */
+/** Inputs of `downscope`, all known at session creation (docs/interface.md §5.3 rule 1). */
 export interface DownscopeInput {
   /** From the session request, or the tenant's allowed scopes when the request had none. */
   requested: ResourceScope[];
@@ -227,7 +227,7 @@ export interface DownscopeInput {
   tenantAllowed: ResourceScope[];
   /** Tenant flag: EHR-managed tenants keep `system/` and get the rule 2 caps. */
   ehrManaged: boolean;
-  /** The API client's service-account projects (spec §5.3 rule 3). */
+  /** The API client's service-account projects (docs/interface.md §5.3 rule 3). */
   projects: string[];
   /** The session has a patient (patient id or a Patient fhirContext item). */
   hasPatientContext: boolean;
@@ -269,7 +269,7 @@ const intersectScope = (requested: ResourceScope, allowed: ResourceScope): Resou
 const filterValues = (filters: readonly [string, string][], name: string): string[] =>
   filters.filter(([n]) => n === name).map(([, value]) => value);
 
-/** spec §5.3 rule 2 (EHR-managed tenants): caps context resources, expands `*`. */
+/** docs/interface.md §5.3 rule 2 (EHR-managed tenants): caps context resources, expands `*`. */
 const applyEhrRules = (scope: ResourceScope): ResourceScope[] => {
   const within = (resourceType: string, cap: readonly Permission[]): ResourceScope[] => {
     const permissions = intersect(scope.permissions, cap);
@@ -287,7 +287,7 @@ const applyEhrRules = (scope: ResourceScope): ResourceScope[] => {
 };
 
 /**
- * spec §5.3 rule 3: every Questionnaire scope ends up with exactly one project filter, first,
+ * docs/interface.md §5.3 rule 3: every Questionnaire scope ends up with exactly one project filter, first,
  * naming one of the account's projects. A scope's project filters are alternatives; foreign ones
  * are ignored, and a scope that named only foreign projects is dropped rather than widened to all
  * of the account's projects.
@@ -311,7 +311,7 @@ const dedupeFilters = (filters: readonly [string, string][]): [string, string][]
 };
 
 /**
- * spec §5.3 rule 3: Questionnaire access comes from the account's projects, never from `*`.
+ * docs/interface.md §5.3 rule 3: Questionnaire access comes from the account's projects, never from `*`.
  * A `patient/*` scope adds none: Questionnaires are templates, outside any patient compartment.
  */
 const applyProjectRules = (scope: ResourceScope, projects: readonly string[]): ResourceScope[] => {
@@ -348,7 +348,7 @@ const mergeScopes = (scopes: readonly ResourceScope[]): ResourceScope[] => {
 };
 
 /**
- * Downscopes a session's requested scopes at creation (spec §5.3 rules 1–3, contexts):
+ * Downscopes a session's requested scopes at creation (docs/interface.md §5.3 rules 1–3, contexts):
  * 1. `system/` becomes `user/` unless the tenant is EHR-managed (requested and allowed alike);
  * 2. intersection with the tenant's allowed scopes (same context; `*` on either side matches;
  *    permissions intersected; requested filters, then allowed filters);
@@ -361,7 +361,7 @@ const mergeScopes = (scopes: readonly ResourceScope[]): ResourceScope[] => {
  *    (a `*` scope itself never grants Questionnaire, see `scopesFor`);
  * 6. scopes equal but for permissions are merged; the result is sorted by `formatScope` text.
  *
- * @returns the effective scopes to store with the session (spec §2.3 `fhir_server.scope`); may be empty.
+ * @returns the effective scopes to store with the session (docs/interface.md §2.3 `fhir_server.scope`); may be empty.
  */
 export function downscope(input: DownscopeInput): ResourceScope[] {
   const normalise = input.ehrManaged ? (s: ResourceScope) => s : toUserContext;
@@ -383,13 +383,13 @@ export interface AccessRequest {
 }
 
 /**
- * The scopes that grant `request.permission` on `request.resourceType` (spec §5.3 rule 1: every
+ * The scopes that grant `request.permission` on `request.resourceType` (docs/interface.md §5.3 rule 1: every
  * data-server request is checked; none → 403). The caller still applies each scope's context
  * (`patient/` → the launched patient, `user/` → the user's own resources, `system/` → tenant) and,
  * for Questionnaire, its filters; any one surviving scope grants access.
  *
  * A `*` scope matches every resource type except Questionnaire: Questionnaire access comes only
- * from explicit, project-filtered Questionnaire scopes (spec §5.3 rule 3; `downscope` adds them
+ * from explicit, project-filtered Questionnaire scopes (docs/interface.md §5.3 rule 3; `downscope` adds them
  * for `*` scopes).
  */
 export function scopesFor(scopes: ResourceScope[], request: AccessRequest): ResourceScope[] {

@@ -1,8 +1,8 @@
-/** zod schemas of Task (spec §2.6, §3.2), Questionnaire and QuestionnaireResponse (spec §2.6). */
+/** zod schemas of Task (docs/interface.md §2.6, §3.2), Questionnaire and QuestionnaireResponse (docs/interface.md §2.6). */
 import { z } from 'zod';
 import { codeableConcept, defined, envelope, fhirDateTime, identifier, reference } from './common.schema.js';
 
-/** spec §2.6: the Task statuses casebook works with. */
+/** docs/interface.md §2.6: the Task statuses casebook works with. */
 export const taskStatus = z.enum(['draft', 'ready', 'in-progress', 'completed', 'failed']);
 
 /** A Task input/output: a `type` and one value[x] (e.g. valueUrl for the post-submit redirect). */
@@ -89,7 +89,7 @@ export const questionnaireSchema = z
   .passthrough()
   .transform(strip);
 
-/** QuestionnaireResponse items, recursively (spec §2.6: linkId, text, answer with value[x]). */
+/** QuestionnaireResponse items, recursively (docs/interface.md §2.6: linkId, text, answer with value[x]). */
 const responseItem: z.ZodType<Record<string, unknown>> = z.lazy(() =>
   z
     .object({

@@ -1,5 +1,5 @@
 /**
- * The Koa app serving the hosts of DESIGN.md §1 under the paths of their public URLs.
+ * The Koa app serving the hosts of docs/architecture.md "Processes and hosts" under the paths of their public URLs.
  */
 
 import cors from '@koa/cors';
@@ -40,7 +40,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const launchPrefix = mountPath(casebook.config.launchUrl);
   // The launcher's pages (issue 6) answer errors as HTML pages too.
   const isApp = (path: string) => under(appPrefix, path) || under(launchPrefix, path);
-  // spec §4.5: CORS for the web SDK on the data server and form backend: the app origin and
+  // docs/interface.md §4.5: CORS for the web SDK on the data server and form backend: the app origin and
   // CORS_ORIGINS only, with credentials, these methods and headers; preflights answered.
   const corsOrigins = new Set([new URL(casebook.config.appUrl).origin, ...casebook.config.corsOrigins]);
   const corsMiddleware = cors({
@@ -171,7 +171,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   root.use(sdcPrefix, sdc.routes());
   const fhir = fhirRouter(casebook);
   root.use(fhirPrefix, fhir.routes(), fhir.allowedMethods());
-  // spec §4.5: the SDK also reads Questionnaires and posts QuestionnaireResponses at the form backend.
+  // docs/interface.md §4.5: the SDK also reads Questionnaires and posts QuestionnaireResponses at the form backend.
   if (sdcPrefix !== fhirPrefix) root.use(sdcPrefix, fhir.routes(), fhir.allowedMethods());
   const ops = opsRouter(casebook);
   root.use(ops.routes(), ops.allowedMethods());

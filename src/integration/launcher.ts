@@ -94,7 +94,7 @@ const birthDate = (raw: string, today: Date): string => {
 };
 
 /**
- * Validates the launch URL's query (spec §4.6). Unknown parameters are ignored.
+ * Validates the launch URL's query (docs/interface.md §4.6). Unknown parameters are ignored.
  * @throws {LaunchError} 400 with a message for the clinician.
  */
 export const parseLaunchParams = (query: Query, today: Date = new Date()): LaunchRequest => {

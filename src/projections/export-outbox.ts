@@ -1,5 +1,5 @@
 /**
- * The report-export outbox (issue 6, DESIGN.md §1 role `export`): one row per QuestionnaireResponse
+ * The report-export outbox (issue 6, docs/architecture.md "Processes and hosts", role `export`): one row per QuestionnaireResponse
  * version that reached `completed` (or `amended`), keyed by (response_id, version_id) — an
  * amendment is a new row, so it is exported again. The exporter's own events (ReportExported,
  * ReportExportFailed) move a row's state. Built only from events: replaying gives the same rows.

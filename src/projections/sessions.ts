@@ -1,4 +1,4 @@
-/** Read model of sessions (spec §2.4): `rm_sessions`, looked up by id and by cookie hash. */
+/** Read model of sessions (docs/interface.md §2.4): `rm_sessions`, looked up by id and by cookie hash. */
 
 import { bumpSequence } from '../db/sequences.js';
 import type { Sql } from '../db/sql.js';
@@ -161,7 +161,7 @@ const toSessionRow = (r: Record<string, unknown>): SessionRow => ({
   expiresAt: new Date(r.expires_at as string | Date),
 });
 
-/** The session `id` of `tenantId`, or undefined (another tenant's session reads as missing, spec §5 rule 1). */
+/** The session `id` of `tenantId`, or undefined (another tenant's session reads as missing, docs/interface.md §5 rule 1). */
 export const findSession = async (
   sql: Sql,
   id: number,
@@ -171,7 +171,7 @@ export const findSession = async (
   return rows[0] ? toSessionRow(rows[0]) : undefined;
 };
 
-/** The active, unexpired session whose cookie hashes to `cookieHash` at `now`, or undefined (spec §2.4, §3.1). */
+/** The active, unexpired session whose cookie hashes to `cookieHash` at `now`, or undefined (docs/interface.md §2.4, §3.1). */
 export const findSessionByCookie = async (
   sql: Sql,
   cookieHash: string,

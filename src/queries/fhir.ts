@@ -197,7 +197,7 @@ export interface SearchResult {
 }
 
 /**
- * FHIR search on `def.type` in the caller's tenant (spec §5.3: only resources its scopes cover).
+ * FHIR search on `def.type` in the caller's tenant (docs/interface.md §5.3: only resources its scopes cover).
  * @throws {DomainError} 400 malformed parameters, 403 no search scope for the type.
  */
 export const search = async (

@@ -1,6 +1,6 @@
 /**
  * SDC `$extract` (issue 4 "definition-based and observation-based extraction to a transaction
- * Bundle (not stored)"; spec §4.5 optional POST /QuestionnaireResponse/$extract).
+ * Bundle (not stored)"; docs/interface.md §4.5 optional POST /QuestionnaireResponse/$extract).
  *
  * Pure apart from `now`: the same response and Questionnaire always give the same Bundle, with
  * fullUrls that are uuid v5 of the response and the item's place in it. Anything that can't be
@@ -334,7 +334,7 @@ interface Scope {
 }
 
 /**
- * Extracts FHIR resources from a QuestionnaireResponse per SDC (issue 4; spec §4.5):
+ * Extracts FHIR resources from a QuestionnaireResponse per SDC (issue 4; docs/interface.md §4.5):
  * - observation-based: every answer of a question with a `code` where `sdc-questionnaire-
  *   observationExtract` is true (on the item, an ancestor group or the root; the nearest wins)
  *   becomes an Observation (status final, code, category from `…observationExtractCategory`,

@@ -1,5 +1,5 @@
 /**
- * QuestionnaireResponse/$generate-narrative (issue 4; spec §4.4): the response's human-readable
+ * QuestionnaireResponse/$generate-narrative (issue 4; docs/interface.md §4.4): the response's human-readable
  * form, once as XHTML for `text.div` and once as plain text — the rendering the report export
  * sends to hospital systems, so it is laid out to read well as a letter, not as a data dump.
  *
@@ -39,7 +39,7 @@ const EMPTY_TEXT = 'No answers recorded.';
 const XHTML_NS = 'http://www.w3.org/1999/xhtml';
 
 /**
- * Renders a QuestionnaireResponse as narrative (spec §4.4 `$generate-narrative`).
+ * Renders a QuestionnaireResponse as narrative (docs/interface.md §4.4 `$generate-narrative`).
  *
  * Question texts come from the response items, then the Questionnaire's item of the same linkId,
  * then the linkId. Answers: booleans as Yes/No; codings by display (then the Questionnaire's

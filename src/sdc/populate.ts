@@ -1,5 +1,5 @@
 /**
- * SDC expression-based population (issue 4; spec §4.4 `POST /Questionnaire/$populate`; SDC IG
+ * SDC expression-based population (issue 4; docs/interface.md §4.4 `POST /Questionnaire/$populate`; SDC IG
  * "Form Population", http://hl7.org/fhir/uv/sdc/populate.html): from a Questionnaire and the launch
  * context resources, an `in-progress` QuestionnaireResponse that mirrors the form with its initial
  * answers. Pure apart from the optional canonical resolver; every FHIRPath goes through
@@ -34,7 +34,7 @@ export const POPULATE_EXTENSIONS = {
 } as const;
 
 /**
- * Context names of spec §4.4 that differ from the SDC launch context codes
+ * Context names of docs/interface.md §4.4 that differ from the SDC launch context codes
  * (http://hl7.org/fhir/uv/sdc/CodeSystem/launchContext): the spec's `subject` is SDC's `patient`.
  */
 const LAUNCH_ALIASES: Readonly<Record<string, string>> = { subject: 'patient' };
@@ -343,7 +343,7 @@ const admittedByOptions = (item: QuestionnaireItem, [key, value]: [string, unkno
 /* ------------------------------------------------------------------------ populate --- */
 
 /**
- * SDC $populate (spec §4.4; SDC IG "Expression-based population"): builds the initial
+ * SDC $populate (docs/interface.md §4.4; SDC IG "Expression-based population"): builds the initial
  * QuestionnaireResponse of `questionnaire`.
  *
  * - The response: `status` `in-progress`; `questionnaire` = `url|version` (or `url`) when the
@@ -352,7 +352,7 @@ const admittedByOptions = (item: QuestionnaireItem, [key, value]: [string, unkno
  *   item is mirrored (linkId, definition, text), groups with their children, a question's children
  *   under each of its answers (dropped when it has none).
  * - Context: each `context` part is `%<name>`; a declared launchContext takes the part of its name,
- *   or `subject` for `patient` (spec §4.4 names vs SDC codes). Root `variable`s are evaluated in
+ *   or `subject` for `patient` (docs/interface.md §4.4 names vs SDC codes). Root `variable`s are evaluated in
  *   order (a supplied context of the same name wins); item `variable`s for the item and below.
  * - Answers: `initialExpression` (converted to the item's answer type), else `initial.value[x]`,
  *   else the answerOptions with `initialSelected`. A repeating group with `itemPopulationContext`

@@ -1,5 +1,5 @@
 /**
- * The FHIR R5 shapes the SDC operations work on (issue 4; spec §2.6, §4.4). Loose on purpose:
+ * The FHIR R5 shapes the SDC operations work on (issue 4; docs/interface.md §2.6, §4.4). Loose on purpose:
  * SDC Questionnaires carry many extensions; the operations read what they need.
  */
 export type Json = Record<string, unknown>;

@@ -1,5 +1,5 @@
 /**
- * QuestionnaireResponse/$validate (issue 4; spec §4.4 "Validate against its Questionnaire
+ * QuestionnaireResponse/$validate (issue 4; docs/interface.md §4.4 "Validate against its Questionnaire
  * (required fields, value types, constraints)"), pure apart from resolving answerValueSets.
  *
  * The response's item tree must mirror the Questionnaire's: group children in `item.item`,
@@ -341,7 +341,7 @@ const membersOf = (valueSet: Json): ValueSetMembers => {
 };
 
 /**
- * Validates a QuestionnaireResponse against its Questionnaire (spec §4.4 $validate). Never throws
+ * Validates a QuestionnaireResponse against its Questionnaire (docs/interface.md §4.4 $validate). Never throws
  * on malformed input: everything wrong becomes an issue.
  *
  * Severity: `in-progress` and `stopped` responses are unfinished by definition, so every problem

@@ -1,6 +1,6 @@
 /**
  * The application host in a real browser (issue 5 "Tests in a real browser"; spec §1.2–1.3, §3.2,
- * §4.1–4.2, §7; DESIGN.md §4): Debian chromium via playwright-core against a real casebook
+ * §4.1–4.2, §7; docs/architecture.md "Security"): Debian chromium via playwright-core against a real casebook
  * (PGlite and the Postgres server), with an EHR page on another site (127.0.0.1) handing the
  * session over to casebook (localhost): the SameSite=Strict cookie bounce, form selection, the
  * report editor (validation, enableWhen, read-only, chrome), submit and cancel redirects, and every

@@ -1,5 +1,5 @@
 /**
- * One contract for every event store adapter (DESIGN.md §2): pglite, postgres, and kurrentdb when
+ * One contract for every event store adapter (docs/architecture.md "Event store"): pglite, postgres, and kurrentdb when
  * KURRENTDB_URL is set. Stream names are unique per test so the kurrentdb leg can share a server;
  * `$all` assertions therefore look only at the streams their test wrote.
  */

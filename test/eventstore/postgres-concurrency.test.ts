@@ -1,5 +1,5 @@
 /**
- * DESIGN.md §2: a `$all` subscriber on postgres never skips an event that commits out of order.
+ * docs/architecture.md "Event store": a `$all` subscriber on postgres never skips an event that commits out of order.
  * Twenty appenders on their own pools append concurrently, some holding their transaction open
  * (pg_sleep) after it took its xid, so transactions commit out of xid and position order, while
  * one subscriber from the start collects everything.

@@ -1,5 +1,5 @@
 /**
- * Report export (issue 6, DESIGN.md §1 role `export`, §5 EXPORT_SINK): a QuestionnaireResponse
+ * Report export (issue 6, docs/architecture.md "Processes and hosts", role `export`, §5 EXPORT_SINK): a QuestionnaireResponse
  * reaching `completed` is rendered as plain text and delivered to a real HTTP receiver, a real
  * MLLP listener and a drop directory; retries after a sink outage, amendments, outbox replay and
  * a restart before delivery — on PGlite and on the Postgres server.

@@ -1,5 +1,5 @@
 /**
- * The read models and their runner (DESIGN.md §1–2, CONVENTIONS.md "Projections"), on PGlite and on
+ * The read models and their runner (docs/architecture.md "Projections", CONVENTIONS.md "Projections"), on PGlite and on
  * a real Postgres server. Every test builds a realistic log through the deciders and the event
  * store (a tenant, an API client, practitioner/patient/encounter with identifier reservations, a
  * Task created and moved on, a Questionnaire created and deleted, sessions created → handed over →

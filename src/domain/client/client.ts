@@ -1,7 +1,7 @@
 /**
- * API client aggregate (issue 2 §4, spec §5 rule 1, DESIGN.md §4): a `client_id`, a salted hash of
- * its secret (never the secret), its own scopes (governing its data-server calls, spec §5 rule 4)
- * and the projects of its service account (spec §5.3 rule 3). Stream `client-<client_id>`.
+ * API client aggregate (issue 2 §4, docs/interface.md §5 rule 1, docs/architecture.md "Security"): a `client_id`, a salted hash of
+ * its secret (never the secret), its own scopes (governing its data-server calls, docs/interface.md §5 rule 4)
+ * and the projects of its service account (docs/interface.md §5.3 rule 3). Stream `client-<client_id>`.
  */
 import { type Decider, DomainError, type Event } from '../decider.js';
 

@@ -1,5 +1,5 @@
 /**
- * One decider for every FHIR resource casebook stores (issue 3; spec §2.5–2.6, §4.3): Patient,
+ * One decider for every FHIR resource casebook stores (issue 3; docs/interface.md §2.5–2.6, §4.3): Patient,
  * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse, ValueSet. Stream `<type>-<id>`.
  *
  * Every event carries the resource's full content after it, so event n of a stream is version
@@ -80,9 +80,9 @@ export interface CreatedData {
   readonly tenantId: number;
   readonly resource: Content;
   readonly at: string;
-  /** Questionnaire: the service-account project it belongs to (spec §5.3 rule 3). */
+  /** Questionnaire: the service-account project it belongs to (docs/interface.md §5.3 rule 3). */
   readonly project?: string;
-  /** The session user who authored it (`Practitioner/<id>`), for `user/` scopes (spec §5.3). */
+  /** The session user who authored it (`Practitioner/<id>`), for `user/` scopes (docs/interface.md §5.3). */
   readonly author?: string;
 }
 export interface ChangedData {

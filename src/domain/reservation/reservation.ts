@@ -1,5 +1,5 @@
 /**
- * Reservations enforce uniqueness race-free (DESIGN.md §2 "Uniqueness"): a value (a tenant name,
+ * Reservations enforce uniqueness race-free (docs/architecture.md "The write pipeline"): a value (a tenant name,
  * a Patient identifier in a tenant) is claimed by appending to a stream named after the value
  * with the expected state `no_stream` (or the released revision), never by checking a read model.
  */

@@ -1,16 +1,16 @@
 /**
- * Session aggregate (spec §1.1–1.2, §2.1–2.4, §3.1, §8). Stream `session-<id>`.
+ * Session aggregate (docs/interface.md §1.1–1.2, §2.1–2.4, §3.1, §8). Stream `session-<id>`.
  *
- * States (spec §3.1): created `inactive` with a single-use handover token valid 5 minutes; a valid
+ * States (docs/interface.md §3.1): created `inactive` with a single-use handover token valid 5 minutes; a valid
  * handover makes it `active` (token deleted, cookie issued); DELETE ends it (reported as inactive,
  * the cookie stops working at once); 7.5 days after creation it is expired whatever its state.
- * Tokens and cookies are stored only as SHA-256 hashes (DESIGN.md §4).
+ * Tokens and cookies are stored only as SHA-256 hashes (docs/architecture.md "Security").
  */
 import { type Decider, DomainError, type Event } from '../decider.js';
 
-/** spec §8: handover token lifetime. */
+/** docs/interface.md §8: handover token lifetime. */
 export const HANDOVER_TOKEN_LIFETIME_MS = 5 * 60 * 1000;
-/** spec §2.3, §8: session lifetime, 7.5 days. */
+/** docs/interface.md §2.3, §8: session lifetime, 7.5 days. */
 export const SESSION_LIFETIME_MS = 7.5 * 24 * 60 * 60 * 1000;
 
 export type DeploymentMode = 'embedded' | 'standalone';
@@ -24,7 +24,7 @@ export interface SessionCreatedData {
   readonly userId: number;
   readonly patientId: number | null;
   readonly encounterId: number | null;
-  /** Effective scopes after downscoping, v2 text (spec §2.3 fhir_server.scope). */
+  /** Effective scopes after downscoping, v2 text (docs/interface.md §2.3 fhir_server.scope). */
   readonly scopes: readonly string[];
   readonly deploymentMode: DeploymentMode;
   readonly postSubmitRedirect: string | null;
@@ -44,7 +44,7 @@ export type Session =
   | { readonly status: 'none' }
   | ({
       readonly status: 'inactive' | 'active' | 'ended';
-      /** null once the token has been used (spec §5 rule 3: tokens are deleted after handover). */
+      /** null once the token has been used (docs/interface.md §5 rule 3: tokens are deleted after handover). */
       readonly currentTokenHash: string | null;
       readonly cookieHash: string | null;
       readonly lastModifiedAt: string;
@@ -129,7 +129,7 @@ export const sessionDecider: Decider<SessionCommand, Session, SessionEvent> = {
         ];
       }
       case 'HandOverSession': {
-        // spec §4.1 handover rule 1 and §7 row 401: unknown, used, expired tokens are all refused.
+        // docs/interface.md §4.1 handover rule 1 and §7 row 401: unknown, used, expired tokens are all refused.
         if (state.status === 'none' || state.currentTokenHash === null) throw invalidToken();
         if (state.currentTokenHash !== command.tokenHash) throw invalidToken();
         if (Date.parse(command.now) >= Date.parse(state.handoverExpiresAt))
@@ -148,7 +148,7 @@ export const sessionDecider: Decider<SessionCommand, Session, SessionEvent> = {
         ];
       }
       case 'EndSession': {
-        // spec §5 rule 1: another tenant's session is indistinguishable from a missing one.
+        // docs/interface.md §5 rule 1: another tenant's session is indistinguishable from a missing one.
         if (state.status === 'none' || state.tenantId !== command.tenantId)
           throw new DomainError('not_found', 'SessionNotFound', 'no such session in this data tenant');
         if (state.status === 'ended') return [];

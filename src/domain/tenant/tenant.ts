@@ -1,6 +1,6 @@
 /**
  * Data tenant aggregate (issue 2 §4): a name, an `ehr_managed` flag, the scopes sessions may be
- * granted (spec §5.3 rule 1) and the origins redirects may go to (DESIGN.md §4). Stream `tenant-<id>`.
+ * granted (docs/interface.md §5.3 rule 1) and the origins redirects may go to (docs/architecture.md "Security"). Stream `tenant-<id>`.
  */
 import { type Decider, DomainError, type Event } from '../decider.js';
 

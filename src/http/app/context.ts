@@ -19,7 +19,7 @@ export interface PageContext {
   readonly principal: Principal;
   readonly command: CommandContext;
   readonly chrome: 'embedded' | 'standalone';
-  /** `readonly=yes` given (only that literal, spec §4.2). */
+  /** `readonly=yes` given (only that literal, docs/interface.md §4.2). */
   readonly readonly: boolean;
   /** The query to carry along internal links: readonly and viewMode as given. */
   readonly carry: URLSearchParams;

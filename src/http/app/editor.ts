@@ -1,5 +1,5 @@
 /**
- * The report editor `{app_url}/tasks/:id/report` (issue 5; spec §1.3, §2.1, §3.2): the Task's
+ * The report editor `{app_url}/tasks/:id/report` (issue 5; docs/interface.md §1.3, §2.1, §3.2): the Task's
  * QuestionnaireResponse as a form; save, submit (validated, then post_submit_redirect) or cancel
  * (post_cancel_redirect). Writes go through the data server's handlers, with the session as actor.
  */
@@ -389,7 +389,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
     ctx.status = 303;
     return;
   }
-  // spec §2.1: the session's post_submit_redirect wins over the Task's input.
+  // docs/interface.md §2.1: the session's post_submit_redirect wins over the Task's input.
   const { url, problem } = await redirectTarget(
     page,
     casebook,

@@ -1,5 +1,5 @@
 /**
- * Form selection for a draft Task (issue 5; spec §3.2): the Questionnaires the session may use;
+ * Form selection for a draft Task (issue 5; docs/interface.md §3.2): the Questionnaires the session may use;
  * picking one populates a QuestionnaireResponse, links it to the Task and starts the report.
  */
 import type { Context } from 'koa';

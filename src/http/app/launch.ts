@@ -1,5 +1,5 @@
 /**
- * The launch entry point `GET {app_url}/external/v1` (spec §4.2, §3.2, §7 launch rows; DESIGN.md §4).
+ * The launch entry point `GET {app_url}/external/v1` (docs/interface.md §4.2, §3.2, §7 launch rows; docs/architecture.md "Security").
  */
 import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
@@ -25,7 +25,7 @@ const one = (value: string | string[] | undefined, name: string): string | undef
 
 /**
  * The SameSite=Strict cookie is not sent on the first request of a cross-site redirect chain
- * (DESIGN.md §4): answer a page that requests the same URL again from our own origin, once.
+ * (docs/architecture.md "Security"): answer a page that requests the same URL again from our own origin, once.
  */
 const bouncePage = (url: string): string => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="robots" content="noindex">
@@ -80,7 +80,7 @@ const findTask = async (ctx: Context, casebook: Casebook, tenantId: number): Pro
   return rows[0]!;
 };
 
-/** GET {app_url}/external/v1 (spec §4.2). */
+/** GET {app_url}/external/v1 (docs/interface.md §4.2). */
 export const launch = async (ctx: Context, casebook: Casebook): Promise<void> => {
   const appUrl = casebook.config.appUrl.replace(/\/+$/, '');
   if (!parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
@@ -108,7 +108,7 @@ export const launch = async (ctx: Context, casebook: Casebook): Promise<void> =>
   if (status === 'failed')
     throw new DomainError('unprocessable', 'TaskFailed', `Task/${task.id} has failed and cannot be opened`);
   if (status === 'draft') {
-    // spec §4.2: readonly applies only when the task opens in the report editor.
+    // docs/interface.md §4.2: readonly applies only when the task opens in the report editor.
     const carry = new URLSearchParams(page.carry);
     carry.delete('readonly');
     ctx.redirect(withQuery(`${base}/forms`, carry));

@@ -9,7 +9,7 @@ export const escapeHtml = (text: string): string =>
 
 export interface LayoutOptions {
   readonly title: string;
-  /** `embedded` hides navigation and top bar (spec §2.1 deployment_mode); `standalone` shows them. */
+  /** `embedded` hides navigation and top bar (docs/interface.md §2.1 deployment_mode); `standalone` shows them. */
   readonly chrome: 'embedded' | 'standalone';
   /** Already-escaped HTML of the page body. */
   readonly body: string;

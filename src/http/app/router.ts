@@ -1,5 +1,5 @@
 /**
- * The application host on {app_url} (issue 5; spec §1.2–1.3, §3.2, §4.2): the launch entry point,
+ * The application host on {app_url} (issue 5; docs/interface.md §1.2–1.3, §3.2, §4.2): the launch entry point,
  * form selection and the report editor. Errors thrown here become HTML error pages (src/http/app.ts).
  */
 import Router from '@koa/router';

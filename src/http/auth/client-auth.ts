@@ -1,5 +1,5 @@
 /**
- * HTTP Basic client credentials (spec §5 rule 1, DESIGN.md §4): `client_id:client_secret`, checked
+ * HTTP Basic client credentials (docs/interface.md §5 rule 1, docs/architecture.md "Security"): `client_id:client_secret`, checked
  * against the salted hash in the API-client read model, in constant time. Verified pairs are
  * remembered briefly (keyed by a SHA-256 of the secret and the stored hash) so scrypt does not run
  * on every request; rotating the secret changes the stored hash and so invalidates the entry.

@@ -1,7 +1,7 @@
-/** zod schemas of the session interface (spec §2.1, §2.2, §4.1). */
+/** zod schemas of the session interface (docs/interface.md §2.1, §2.2, §4.1). */
 import { z } from 'zod';
 
-/** spec §2.1: data-server ids are integers. */
+/** docs/interface.md §2.1: data-server ids are integers. */
 const resourceId = z.number().int().positive().max(2_147_483_647);
 
 const identifier = z
@@ -11,7 +11,7 @@ const identifier = z
   })
   .strict();
 
-/** spec §2.2 role: `https://<service-domain>/fhir/role/new` or `…/find`; omitted = launch. */
+/** docs/interface.md §2.2 role: `https://<service-domain>/fhir/role/new` or `…/find`; omitted = launch. */
 const ROLE_PATTERN = /^https:\/\/[^/\s]+\/fhir\/role\/(new|find|launch)$/;
 
 const contextItem = z
@@ -33,7 +33,7 @@ const contextItem = z
     role: (item.role ? ROLE_PATTERN.exec(item.role)![1] : 'launch') as 'new' | 'find' | 'launch',
   }));
 
-/** POST /sessions body (spec §2.1). Unknown fields are refused so a misspelt field is not silently dropped. */
+/** POST /sessions body (docs/interface.md §2.1). Unknown fields are refused so a misspelt field is not silently dropped. */
 export const createSessionBody = z
   .object({
     scope: z.union([z.string().max(8192), z.array(z.string().max(1024)).max(200)]).nullish(),
@@ -53,7 +53,7 @@ export const createSessionBody = z
   })
   .strict();
 
-/** GET query or POST form of /sessions/$handover (spec §4.1 handover rules 1–2). */
+/** GET query or POST form of /sessions/$handover (docs/interface.md §4.1 handover rules 1–2). */
 export const handoverParams = z.object({
   token: z.string({ error: 'token is required' }).min(1, 'token is required').max(256),
   next: z.string({ error: 'next is required' }).min(1, 'next is required').max(2048),

@@ -1,5 +1,5 @@
 /**
- * The session interface on {auth_url} (spec §4.1, §2.1–2.4, §3.1, §5 rules 1–3, §7).
+ * The session interface on {auth_url} (docs/interface.md §4.1, §2.1–2.4, §3.1, §5 rules 1–3, §7).
  */
 import Router from '@koa/router';
 import { parseCookie, stringifySetCookie } from 'cookie';
@@ -12,13 +12,13 @@ import { HttpError } from '../errors.js';
 import { authenticateClient } from './client-auth.js';
 import { createSessionBody, handoverParams } from './sessions.schema.js';
 
-/** spec §4.1 rule 3, §5 rule 2: the session cookie's name. */
+/** docs/interface.md §4.1 rule 3, §5 rule 2: the session cookie's name. */
 export const SESSION_COOKIE = 'auth_session';
 
 const reference = (type: string, id: number | null) =>
   id === null ? null : { type, reference: `${type}/${id}` };
 
-/** spec §2.3: the 201 body, exactly these fields. */
+/** docs/interface.md §2.3: the 201 body, exactly these fields. */
 const createdBody = (s: CreatedSession) => ({
   id: s.sessionId,
   handover_token: s.handoverToken,
@@ -33,7 +33,7 @@ const createdBody = (s: CreatedSession) => ({
   expired_timestamp: s.expiresAt,
 });
 
-/** spec §2.4: the read body. `active` is false once ended or expired. */
+/** docs/interface.md §2.4: the read body. `active` is false once ended or expired. */
 export const sessionBody = (s: SessionRow, now: Date) => ({
   id: s.id,
   user: reference('Practitioner', s.userId),

@@ -1,6 +1,6 @@
 /**
  * OperationOutcome errors on the FHIR routes (issue 3 "Rules for every request"): every error is
- * an OperationOutcome whose `issue.code` follows spec §7 (invalid, required, business-rule,
+ * an OperationOutcome whose `issue.code` follows docs/interface.md §7 (invalid, required, business-rule,
  * duplicate, conflict, not-found, forbidden, multiple-matches, processing), with `expression`
  * where a field is at fault.
  */

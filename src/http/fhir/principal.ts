@@ -1,7 +1,7 @@
 /**
  * Who calls the data server (issue 3 "Authentication"): `Authorization: Basic` client credentials
- * (governed by the client's own scopes, spec §5 rule 4) or the `auth_session` cookie (governed by
- * the session's stored v2 scopes, spec §5.3 rule 1).
+ * (governed by the client's own scopes, docs/interface.md §5 rule 4) or the `auth_session` cookie (governed by
+ * the session's stored v2 scopes, docs/interface.md §5.3 rule 1).
  */
 import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
@@ -16,7 +16,7 @@ import { HttpError } from '../errors.js';
 
 /**
  * An API client's own scopes, with Questionnaire access made explicit: a `*` scope grants the
- * same permissions on the Questionnaires of the client's projects (spec §5.3 rule 3), so
+ * same permissions on the Questionnaires of the client's projects (docs/interface.md §5.3 rule 3), so
  * `system/*.*` can also create and maintain its projects' Questionnaires.
  */
 export const clientScopes = (scopes: readonly string[], projects: readonly string[]): ResourceScope[] => {
@@ -36,7 +36,7 @@ export const clientScopes = (scopes: readonly string[], projects: readonly strin
   return [...parsed, ...questionnaires];
 };
 
-/** A session's principal: its stored v2 scopes, patient compartment and user (spec §5.3 rule 1). */
+/** A session's principal: its stored v2 scopes, patient compartment and user (docs/interface.md §5.3 rule 1). */
 export const sessionPrincipal = async (casebook: Casebook, session: SessionRow): Promise<Principal> => {
   const rows = await casebook.sql.query<{ projects: string[] }>(
     `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
@@ -53,7 +53,7 @@ export const sessionPrincipal = async (casebook: Casebook, session: SessionRow):
   };
 };
 
-/** An API client's principal: its own scopes, tenant-wide (spec §5 rule 4). */
+/** An API client's principal: its own scopes, tenant-wide (docs/interface.md §5 rule 4). */
 export const clientPrincipal = (client: ClientPrincipal): Principal => ({
   kind: 'client',
   tenantId: client.tenantId,

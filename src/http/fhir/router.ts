@@ -167,7 +167,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const { result } = await execute(contextFor(ctx, principal), (uow) =>
       fhir.conditionalUpdate(uow, principal, def, identifier, body),
     );
-    // spec §4.3 rule 2: 200 whether it updated or created.
+    // docs/interface.md §4.3 rule 2: 200 whether it updated or created.
     ctx.set('Location', `${base}/${def.type}/${result.id}/_history/${result.versionId}`);
     sendResource(ctx, 200, written(def.type, result), result.versionId, result.lastUpdated);
   });

@@ -1,5 +1,5 @@
 /**
- * The hospital launcher's pages at {launch_url} (spec §1.6, §4.6; issue 6):
+ * The hospital launcher's pages at {launch_url} (docs/interface.md §1.6, §4.6; issue 6):
  * - `GET {launch_url}?patient=…&encounter=…[&supervisor=…][&user=…][&dob=…][&sex=…]` validates the
  *   launch, sends the transaction Bundle and creates the session (over HTTP, with the launcher's
  *   client credentials), then sends the browser through the handover to the app (303);

@@ -166,7 +166,7 @@ const questionnaireOf = async (
 };
 
 /**
- * Registers `POST /QuestionnaireResponse/$extract` (spec §4.5, SDC $extract). The Questionnaire
+ * Registers `POST /QuestionnaireResponse/$extract` (docs/interface.md §4.5, SDC $extract). The Questionnaire
  * is the `questionnaire` parameter, else the response's contained one, else the caller's
  * Questionnaire with the response's canonical. Stores nothing (no events).
  * Answers 401 without credentials, 415 for other content types, 400 for a body that is neither a

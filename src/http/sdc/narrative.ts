@@ -92,7 +92,7 @@ const requestOf = (body: unknown): { response: QuestionnaireResponse; questionna
 };
 
 /**
- * Registers `POST /QuestionnaireResponse/$generate-narrative` (spec §4.4). The response's
+ * Registers `POST /QuestionnaireResponse/$generate-narrative` (docs/interface.md §4.4). The response's
  * `questionnaire` is resolved among the caller's Questionnaires (or its contained one, `#id`)
  * for question texts and the title; when it can't be found the narrative uses the response alone.
  * Answers 401 without credentials, 415 for other content types, 400 OperationOutcome for a body

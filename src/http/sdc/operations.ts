@@ -1,4 +1,4 @@
-/** Every form-backend operation (issue 4; spec §4.4–4.5). */
+/** Every form-backend operation (issue 4; docs/interface.md §4.4–4.5). */
 import { register as expand } from './expand.js';
 import { register as extract } from './extract.js';
 import { register as narrative } from './narrative.js';

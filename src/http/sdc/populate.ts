@@ -1,6 +1,6 @@
 /**
  * `POST /Questionnaire/$populate` and `POST /Questionnaire/{id}/$populate` on the form backend
- * (issue 4; spec §4.4; SDC IG OperationDefinition Questionnaire-populate): reads the input
+ * (issue 4; docs/interface.md §4.4; SDC IG OperationDefinition Questionnaire-populate): reads the input
  * Parameters, resolves the Questionnaire (inline, by canonical, or the stored one) and context
  * references from the caller's tenant under its read scopes, and answers Parameters with the
  * populated `response` and, when there are any, the `issues`. Population itself is

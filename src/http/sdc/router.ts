@@ -1,6 +1,6 @@
 /**
- * The form backend on {sdk_backend_address} (issue 4; spec §4.4–4.5): the SDC operations, each
- * registered from its own file, and CORS exactly per spec §4.5 for the web SDK.
+ * The form backend on {sdk_backend_address} (issue 4; docs/interface.md §4.4–4.5): the SDC operations, each
+ * registered from its own file, and CORS exactly per docs/interface.md §4.5 for the web SDK.
  */
 import Router from '@koa/router';
 import type { Casebook } from '../../casebook.js';

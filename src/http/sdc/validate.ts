@@ -67,7 +67,7 @@ export const validateInput = (
   };
 };
 
-/** Registers `POST /QuestionnaireResponse/$validate` (spec §4.4). */
+/** Registers `POST /QuestionnaireResponse/$validate` (docs/interface.md §4.4). */
 export const register: RegisterOperation = (router, casebook) => {
   router.post('/QuestionnaireResponse/$validate', async (ctx) => {
     requireFhirJson(ctx);

@@ -1,5 +1,5 @@
 /**
- * The report exporter (issue 6, DESIGN.md §1 role `export`): follows the export outbox read model,
+ * The report exporter (issue 6, docs/architecture.md "Processes and hosts", role `export`): follows the export outbox read model,
  * renders each due QuestionnaireResponse version as plain text ($generate-narrative), delivers it
  * with the patient's and encounter's hospital identifiers to the sink, and records
  * ReportExported / ReportExportFailed. Failures are retried with exponential backoff; since the

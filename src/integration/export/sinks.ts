@@ -1,5 +1,5 @@
 /**
- * Where exported report text goes (DESIGN.md §5 `EXPORT_SINK`): an HTTP endpoint (POST
+ * Where exported report text goes (README.md "Configuration" `EXPORT_SINK`): an HTTP endpoint (POST
  * text/plain), an HL7 v2 receiver over MLLP (ORU^R01, waiting for the ACK), or a drop directory
  * (one .txt per report, written atomically). Only the plain text and the hospital identifiers
  * leave casebook.
