@@ -154,6 +154,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       causationId: cause.requestId ?? null,
       requestId: cause.requestId ?? null,
       now: clock(),
+      onConflict: () => metrics.appendConflicts.inc(),
       afterAppend: async (position, events) => {
         metrics.appends.inc();
         metrics.appendedEvents.inc(events.length);

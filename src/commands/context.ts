@@ -24,6 +24,8 @@ export interface CommandContext {
    * ReadModelUnavailable when these events stopped a read model (stored, but not readable).
    */
   readonly afterAppend: (position: Position, events: readonly NewEvent[]) => Promise<void>;
+  /** Told when an append conflicted with a concurrent one and the command runs again (metrics). */
+  readonly onConflict?: () => void;
 }
 
 /** Wraps domain events for appending: a fresh UUID each and the context's metadata. */

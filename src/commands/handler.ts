@@ -263,6 +263,7 @@ export const execute = async <R>(
       return { result, position: appended.position, events };
     } catch (error) {
       if (!(error instanceof WrongExpectedVersion) || attempt >= maxAttempts) throw error;
+      ctx.onConflict?.();
       contested.add(error.streamName);
       await backoff(attempt);
     }
