@@ -176,6 +176,10 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       await sql.close();
     },
   };
+  if (config.launcher.allowUnsigned)
+    logger.warn(
+      'LAUNCHER_ALLOW_UNSIGNED=true: unsigned launch links are accepted (loopback only); never in production',
+    );
   if (config.exportSink && options.export !== false) {
     exporter = new Exporter(casebook, openSink(config.exportSink), {
       patientSystem: config.launcher.patientSystem,

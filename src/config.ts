@@ -40,6 +40,9 @@ const schema = z.object({
   EXPORT_SINK: z.string().optional(),
   LAUNCHER_CLIENT_ID: z.string().optional(),
   LAUNCHER_CLIENT_SECRET: z.string().optional(),
+  LAUNCHER_SHARED_SECRET: list,
+  LAUNCHER_ALLOW_UNSIGNED: z.enum(['true', 'false', '']).optional(),
+  LAUNCHER_UPDATE_DEMOGRAPHICS: z.enum(['true', 'false', '']).optional(),
   LAUNCHER_PATIENT_SYSTEM: z.string().default('urn:casebook:hospital:patient'),
   LAUNCHER_ENCOUNTER_SYSTEM: z.string().default('urn:casebook:hospital:encounter'),
   LAUNCHER_STAFF_SYSTEM: z.string().default('urn:casebook:hospital:staff'),
@@ -79,8 +82,22 @@ export interface Config {
     readonly encounterSystem: string;
     readonly staffSystem: string;
     readonly taskSystem: string;
+    /**
+     * Secrets a launch link may be signed with (LAUNCHER_SHARED_SECRET, comma-separated: the
+     * first signs, any verifies, so keys rotate without downtime; docs/interface.md §4.6).
+     */
+    readonly sharedSecrets: readonly string[];
+    /** Accept unsigned launch links (only when listening on a loopback address). */
+    readonly allowUnsigned: boolean;
+    /** Write a launch's date of birth or sex over a Patient's disagreeing ones. */
+    readonly updateDemographics: boolean;
   };
 }
+
+/** The launcher's shared secrets must be at least this long (characters). */
+export const MIN_SHARED_SECRET_LENGTH = 32;
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 /**
  * Reads the configuration.
@@ -100,6 +117,16 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     return result.data;
   };
   const fhirUrl = pick(e.PUBLIC_FHIR_URL, `${base}/fhir/r5`, 'PUBLIC_FHIR_URL');
+  const weak = e.LAUNCHER_SHARED_SECRET.findIndex((s) => s.length < MIN_SHARED_SECRET_LENGTH);
+  if (weak >= 0)
+    throw new Error(
+      `invalid configuration: LAUNCHER_SHARED_SECRET: secret ${weak + 1} is shorter than ${MIN_SHARED_SECRET_LENGTH} characters`,
+    );
+  const allowUnsigned = e.LAUNCHER_ALLOW_UNSIGNED === 'true';
+  if (allowUnsigned && !LOOPBACK.has(e.HOST))
+    throw new Error(
+      `invalid configuration: LAUNCHER_ALLOW_UNSIGNED=true is only accepted when casebook listens on a loopback address (HOST=127.0.0.1), not on ${e.HOST}`,
+    );
   return {
     port: e.PORT,
     host: e.HOST,
@@ -124,6 +151,9 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
       encounterSystem: e.LAUNCHER_ENCOUNTER_SYSTEM,
       staffSystem: e.LAUNCHER_STAFF_SYSTEM,
       taskSystem: e.LAUNCHER_TASK_SYSTEM,
+      sharedSecrets: e.LAUNCHER_SHARED_SECRET,
+      allowUnsigned,
+      updateDemographics: e.LAUNCHER_UPDATE_DEMOGRAPHICS === 'true',
     },
   };
 };

@@ -24,6 +24,7 @@ import { loadConfig } from '../config.js';
 import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { createHttpApp } from '../http/app.js';
+import { signLaunch } from '../integration/launch-signature.js';
 
 const print = (value: unknown) => console.log(JSON.stringify(value, null, 2));
 
@@ -117,8 +118,45 @@ program
   )
   .option('--sink-port <port>', 'port of the demo sink on 127.0.0.1', '8099')
   .action(async (o: { sinkPort: string }) => {
-    // The demo sink: what a hospital system would receive, printed as it arrives.
+    const launcherSecret = generateSecret();
+    const sharedSecret = generateSecret();
+    const config = loadConfig({
+      ...process.env,
+      DATA_DIR: process.env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'casebook-hospital-demo-')),
+      EXPORT_SINK: `http://127.0.0.1:${o.sinkPort}/reports`,
+      LAUNCHER_CLIENT_ID: 'hospital-launcher',
+      LAUNCHER_CLIENT_SECRET: launcherSecret,
+      LAUNCHER_SHARED_SECRET: sharedSecret,
+    });
+    const DEMO_LAUNCH = {
+      patient: 'P-1001',
+      encounter: 'E-2001',
+      user: 'dr-grey',
+      dob: '1815-12-10',
+      sex: 'F',
+    };
+    /** A launch URL signed now, as the EHR signs one each time a clinician clicks. */
+    const signedLaunchUrl = () => {
+      const url = new URL(config.launchUrl);
+      url.search = signLaunch(DEMO_LAUNCH, sharedSecret, new Date()).toString();
+      return url.toString();
+    };
+    // The demo hospital: `/` is the EHR's patient page (each click signs a fresh launch link), and
+    // `/reports` is the hospital system that receives the reports, printed as they arrive.
     const sink = createServer((req, res) => {
+      if (req.method === 'GET' && req.url === '/') {
+        res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' }).end(
+          `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Demo EHR</title></head>
+<body style="font-family:system-ui;margin:2rem"><h1>Demo EHR — patient P-1001</h1>
+<p>Encounter E-2001 · Ada Lovelace, born 1815-12-10</p>
+<p><a href="/launch" style="font-size:1.2rem">Write the chest X-ray report in casebook</a></p></body></html>`,
+        );
+        return;
+      }
+      if (req.method === 'GET' && req.url === '/launch') {
+        res.writeHead(303, { Location: signedLaunchUrl(), 'Cache-Control': 'no-store' }).end();
+        return;
+      }
       let body = '';
       req.setEncoding('utf8');
       req.on('data', (chunk: string) => {
@@ -135,14 +173,6 @@ program
     });
     sink.listen(Number(o.sinkPort), '127.0.0.1');
     await once(sink, 'listening');
-    const launcherSecret = generateSecret();
-    const config = loadConfig({
-      ...process.env,
-      DATA_DIR: process.env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'casebook-hospital-demo-')),
-      EXPORT_SINK: `http://127.0.0.1:${o.sinkPort}/reports`,
-      LAUNCHER_CLIENT_ID: 'hospital-launcher',
-      LAUNCHER_CLIENT_SECRET: launcherSecret,
-    });
     const casebook = await openCasebook(config);
     await applySeed(casebook, {
       tenants: [
@@ -164,20 +194,46 @@ program
       ],
     });
     await listen(casebook);
-    const launch = new URL(config.launchUrl);
-    for (const [name, value] of Object.entries({
-      patient: 'P-1001',
-      encounter: 'E-2001',
-      user: 'dr-grey',
-      dob: '1815-12-10',
-      sex: 'F',
-    }))
-      launch.searchParams.set(name, value);
     console.log(`\ncasebook hospital demo: data in ${config.dataDir}, reports go to ${config.exportSink}`);
-    console.log('\nOpen this launch URL in a browser (as the hospital EHR would):\n');
-    console.log(`  ${launch.toString()}\n`);
+    console.log('\nOpen the demo EHR in a browser; its link signs a fresh launch URL on every click:\n');
+    console.log(`  http://127.0.0.1:${o.sinkPort}/\n`);
+    console.log('Or open this signed launch URL directly (valid for 5 minutes, once):\n');
+    console.log(`  ${signedLaunchUrl()}\n`);
     console.log('Pick "Chest X-ray report", fill it in and submit: the demo sink prints the report here.\n');
   });
+
+program
+  .command('launch-url')
+  .description(
+    'print a launch URL signed with the first LAUNCHER_SHARED_SECRET (docs/interface.md §4.6), as the hospital EHR builds it',
+  )
+  .requiredOption('--patient <number>', "the hospital's patient number")
+  .requiredOption('--encounter <number>', 'the encounter number')
+  .option('--user <login>', 'the staff login the session is opened for')
+  .option('--supervisor <login>', 'a supervising staff login')
+  .option('--dob <YYYY-MM-DD>', 'date of birth')
+  .option('--sex <code>', 'male, female, other, unknown (or M, F, O, U)')
+  .action(
+    (o: {
+      patient: string;
+      encounter: string;
+      user?: string;
+      supervisor?: string;
+      dob?: string;
+      sex?: string;
+    }) => {
+      const config = loadConfig();
+      const [secret] = config.launcher.sharedSecrets;
+      if (!secret) throw new Error('LAUNCHER_SHARED_SECRET is not set: nothing to sign the launch URL with');
+      const params = Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Record<
+        string,
+        string
+      >;
+      const url = new URL(config.launchUrl);
+      url.search = signLaunch(params, secret, new Date()).toString();
+      console.log(url.toString());
+    },
+  );
 
 program
   .command('project')

@@ -1,12 +1,20 @@
 /**
- * The hospital launch (docs/interface.md §1.6, §4.6; issue 6): a validated launch becomes the FHIR
- * transaction Bundle the spec describes (conditional update of Patient, Encounter and
- * Practitioners; the Task created if none exists) and the clinician's session, decided in ONE
- * unit of work: one atomic append, so a launch either happens whole or not at all, and concurrent
- * launches of the same new encounter converge on one Patient, Encounter and Task.
+ * The hospital launch (docs/interface.md §1.6, §4.6; issues 6 and 12): a verified launch becomes
+ * the FHIR transaction Bundle the interface describes (conditional update of Patient, Encounter
+ * and Practitioners; the Task created if none exists), the clinician's session, and the
+ * `LaunchAccepted` fact on the launch's stream — decided in ONE unit of work: one atomic append.
+ * A launch happens whole or not at all; concurrent launches of one new encounter converge on one
+ * Patient, Encounter and Task; a nonce is used once.
+ *
+ * A launch never rewrites identity: an Encounter that belongs to another patient refuses the
+ * launch (409), and a date of birth or sex that disagrees with the Patient on record is not
+ * written (unless `updateDemographics`), only recorded.
  */
-
+import { v4 as uuidv4 } from 'uuid';
+import { DomainError } from '../domain/decider.js';
+import { launchDecider, launchStream } from '../domain/launch/launch.js';
 import type { Principal } from '../fhir/access.js';
+import { referenceId } from '../fhir/references.js';
 import {
   buildLaunchBundle,
   type LaunchRequest,
@@ -16,6 +24,7 @@ import {
 } from '../integration/launcher.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
+import { findByIdentifier, loadResource } from './resources.js';
 import { type ClientPrincipal, type CreatedSession, openSession } from './sessions.js';
 import { transaction } from './transaction.js';
 
@@ -26,40 +35,128 @@ export interface LaunchOutcome {
   /** true when this launch created the Task, false when it already existed. */
   readonly taskCreated: boolean;
   readonly session: CreatedSession;
+  /** Patient elements the link gave differently from the record (`birthDate`, `gender`). */
+  readonly disagreements: readonly string[];
+}
+
+export interface LaunchOptions {
+  readonly systems: LaunchSystems;
+  /** Where the session sends the browser after a submit. */
+  readonly postSubmitRedirect: string;
+  readonly globalOrigins: readonly string[];
+  /** The verified link's nonce, time stamp and key; undefined for an unsigned launch. */
+  readonly signature?: { readonly nonce: string; readonly ts: number; readonly key: number };
+  /** Write a disagreeing date of birth or sex over the Patient's (LAUNCHER_UPDATE_DEMOGRAPHICS). */
+  readonly updateDemographics: boolean;
 }
 
 /**
- * Performs a launch as the launcher's API client: the transaction Bundle, then the session for the
- * user (else the supervisor) with the patient and encounter as context.
- * @param postSubmitRedirect where the session sends the browser after a submit.
- * @throws {DomainError} as the transaction and POST /sessions do (403, 409, 412, 422…); nothing is
- *   written then.
+ * Performs a launch as the launcher's API client: identity checks, the transaction Bundle, the
+ * session for the user (else the supervisor) with the patient and encounter as context, and the
+ * launch's own event.
+ * @throws {DomainError} 401 the nonce was used before; 409 the encounter belongs to another
+ *   patient; the Bundle's and POST /sessions' refusals (403, 412, 422…). Nothing is written then.
  */
 export const launch = async (
   ctx: CommandContext,
   client: ClientPrincipal,
   principal: Principal,
   request: LaunchRequest,
-  systems: LaunchSystems,
-  postSubmitRedirect: string,
-  globalOrigins: readonly string[],
+  options: LaunchOptions,
 ): Promise<LaunchOutcome> => {
+  const { systems } = options;
+  const tenantId = principal.tenantId;
+  const { signature } = options;
+  const stream = launchStream(signature?.nonce ?? uuidv4());
   const { result } = await execute(ctx, async (uow) => {
-    const bundle = buildLaunchBundle(request, systems);
+    // A used nonce is refused before anything else is decided.
+    if (signature && (await uow.load(stream, launchDecider)).status === 'accepted')
+      throw new DomainError('unauthorized', 'LaunchReplayed', 'the launch link was already used');
+    const patientId = await findByIdentifier(uow, 'Patient', tenantId, {
+      system: systems.patientSystem,
+      value: request.patient,
+    });
+    const patient =
+      patientId !== undefined ? await loadResource(uow, 'Patient', patientId, tenantId) : undefined;
+    const known = patient?.status === 'active' ? patient : undefined;
+
+    // An encounter number names one patient's encounter: a launch never moves it to another.
+    const encounterId = await findByIdentifier(uow, 'Encounter', tenantId, {
+      system: systems.encounterSystem,
+      value: request.encounter,
+    });
+    if (encounterId !== undefined) {
+      const encounter = await loadResource(uow, 'Encounter', encounterId, tenantId);
+      const subject =
+        encounter.status === 'active' ? referenceId(encounter.resource.subject, 'Patient') : undefined;
+      if (encounter.status === 'active' && (known === undefined || subject !== patientId))
+        throw new DomainError(
+          'conflict',
+          'EncounterOfAnotherPatient',
+          `encounter ${request.encounter} belongs to another patient`,
+        );
+    }
+
+    // Demographics: filled in when missing; a disagreement is recorded, and written only on request.
+    const disagreements: string[] = [];
+    if (known) {
+      if (
+        request.dob !== undefined &&
+        known.resource.birthDate !== undefined &&
+        known.resource.birthDate !== request.dob
+      )
+        disagreements.push('birthDate');
+      if (
+        request.gender !== undefined &&
+        known.resource.gender !== undefined &&
+        known.resource.gender !== request.gender
+      )
+        disagreements.push('gender');
+    }
+    const effective: LaunchRequest =
+      options.updateDemographics || disagreements.length === 0
+        ? request
+        : {
+            ...request,
+            ...(disagreements.includes('birthDate') ? { dob: undefined } : {}),
+            ...(disagreements.includes('gender') ? { gender: undefined } : {}),
+          };
+
+    const bundle = buildLaunchBundle(stripUndefined(effective), systems);
     const response = await transaction(uow, principal, bundle);
     const ids = readLaunchResponse(bundle, response);
+    const userId = ids.practitioners.get(sessionUserOf(request))!;
     const session = await openSession(
       uow,
       client,
       {
-        user: ids.practitioners.get(sessionUserOf(request))!,
+        user: userId,
         patient: ids.patientId,
         encounter: ids.encounterId,
         fhirContext: [],
         deploymentMode: 'embedded',
-        postSubmitRedirect,
+        postSubmitRedirect: options.postSubmitRedirect,
       },
-      globalOrigins,
+      options.globalOrigins,
+    );
+    await uow.decide(
+      stream,
+      launchDecider,
+      {
+        type: 'AcceptLaunch',
+        signed: signature !== undefined,
+        ...(signature ? { key: signature.key, ts: signature.ts } : {}),
+        patientId: ids.patientId,
+        encounterId: ids.encounterId,
+        taskId: ids.taskId,
+        taskCreated: ids.taskCreated,
+        sessionId: session.sessionId,
+        userId,
+        disagreements,
+        demographicsUpdated: options.updateDemographics && disagreements.length > 0,
+        now: uow.now,
+      },
+      { fresh: signature === undefined },
     );
     return {
       patientId: ids.patientId,
@@ -67,7 +164,11 @@ export const launch = async (
       taskId: ids.taskId,
       taskCreated: ids.taskCreated,
       session,
+      disagreements,
     };
   });
   return result;
 };
+
+const stripUndefined = (request: LaunchRequest): LaunchRequest =>
+  Object.fromEntries(Object.entries(request).filter(([, v]) => v !== undefined)) as unknown as LaunchRequest;

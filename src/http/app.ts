@@ -101,6 +101,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
           ctx,
           problem?.status ?? 500,
           problem?.detail ?? `internal error (request id ${ctx.state.requestId})`,
+          problem?.code,
         );
         return;
       }

@@ -7,10 +7,12 @@ import { expect } from 'chai';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { fhir } from '../support/fhir.js';
+import { launchUrlOf, TEST_LAUNCH_SECRET } from '../support/launch.js';
 
 const LAUNCHER_ENV = {
   LAUNCHER_CLIENT_ID: 'ehr-backend',
   LAUNCHER_CLIENT_SECRET: 'general-secret-0123456789',
+  LAUNCHER_SHARED_SECRET: TEST_LAUNCH_SECRET,
 };
 
 for (const database of testDatabases) {
@@ -28,8 +30,7 @@ for (const database of testDatabases) {
     const local = (url: string) => url.replace('//localhost:', '//127.0.0.1:');
     const get = (url: string, headers: Record<string, string> = {}) =>
       fetch(local(url), { redirect: 'manual', headers });
-    const launchUrl = (params: Record<string, string>) =>
-      `${app.baseUrl}/launch?${new URLSearchParams(params).toString()}`;
+    const launchUrl = (params: Record<string, string>) => launchUrlOf(app, params);
 
     /** Launches, follows the handover and the app's launch URL; returns every step. */
     const launchThrough = async (params: Record<string, string>) => {
@@ -143,7 +144,7 @@ for (const database of testDatabases) {
       [
         'neither user nor supervisor',
         { patient: 'P', encounter: 'E' },
-        /user or supervisor is required to open a session/,
+        /user or supervisor is required to open a session/i,
       ],
       ['a malformed dob', { patient: 'P', encounter: 'E', user: 'U', dob: '02/01/1970' }, /YYYY-MM-DD/],
       [
@@ -154,7 +155,7 @@ for (const database of testDatabases) {
       [
         'an unknown sex code',
         { patient: 'P', encounter: 'E', user: 'U', sex: 'Z' },
-        /sex &quot;Z&quot; is not a known code/,
+        /sex &quot;Z&quot; is not a known code/i,
       ],
     ];
     for (const [name, params, message] of invalid)
@@ -185,7 +186,7 @@ for (const database of testDatabases) {
       const res = await get(`${app.baseUrl}/launch/submitted?response=12&task=Task/34`);
       expect(res.status).to.equal(400);
       expect(res.headers.get('content-type')).to.match(/^text\/html/);
-      expect(await res.text()).to.include('response must be a reference such as QuestionnaireResponse/123');
+      expect(await res.text()).to.include('Response must be a reference such as QuestionnaireResponse/123');
     });
   });
 }
@@ -199,7 +200,7 @@ describe('launcher failures', () => {
       const res = await fetch(`${app.baseUrl}/launch?patient=P&encounter=E&user=U`, { redirect: 'manual' });
       expect(res.status).to.equal(503);
       expect(res.headers.get('content-type')).to.match(/^text\/html/);
-      expect(await res.text()).to.include('the launcher is not configured');
+      expect(await res.text()).to.include('The launcher is not configured');
     } finally {
       await app.close();
     }
@@ -207,12 +208,18 @@ describe('launcher failures', () => {
 
   it('answers 503 when the launcher credentials do not match its API client, and writes nothing', async () => {
     const app = await startTestApp(pglite, {
-      env: { LAUNCHER_CLIENT_ID: 'ehr-backend', LAUNCHER_CLIENT_SECRET: 'wrong-secret-0123456789' },
+      env: {
+        LAUNCHER_CLIENT_ID: 'ehr-backend',
+        LAUNCHER_CLIENT_SECRET: 'wrong-secret-0123456789',
+        LAUNCHER_SHARED_SECRET: TEST_LAUNCH_SECRET,
+      },
     });
     try {
       await seed(app);
       const before = (await app.allEvents()).length;
-      const res = await fetch(`${app.baseUrl}/launch?patient=P&encounter=E&user=U`, { redirect: 'manual' });
+      const res = await fetch(launchUrlOf(app, { patient: 'P', encounter: 'E', user: 'U' }), {
+        redirect: 'manual',
+      });
       // The launcher runs in-process with its client's identity: a wrong secret is a misconfiguration.
       expect(res.status).to.equal(503);
       expect(res.headers.get('content-type')).to.match(/^text\/html/);

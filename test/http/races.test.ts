@@ -8,12 +8,13 @@ import { expect } from 'chai';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { fhir, ROLE_NEW } from '../support/fhir.js';
-import { launchUrlOf } from '../support/launch.js';
+import { launchUrlOf, TEST_LAUNCH_SECRET } from '../support/launch.js';
 
 const N = 50;
 const LAUNCHER_ENV = {
   LAUNCHER_CLIENT_ID: 'ehr-backend',
   LAUNCHER_CLIENT_SECRET: 'general-secret-0123456789',
+  LAUNCHER_SHARED_SECRET: TEST_LAUNCH_SECRET,
 };
 
 const statusesOf = (statuses: readonly number[]) => {

@@ -58,9 +58,21 @@ describe('README hospital walkthrough: npm run hospital-demo', function () {
       return pattern.exec(output)!;
     };
     const launch = (await waitFor(/^\s+(http:\/\/localhost:\d+\/launch\?\S+)$/m, 60_000))[1]!;
-    expect(launch).to.equal(
-      `http://localhost:${port}/launch?patient=P-1001&encounter=E-2001&user=dr-grey&dob=1815-12-10&sex=F`,
-    );
+    const printed = new URL(launch);
+    expect(`${printed.origin}${printed.pathname}`).to.equal(`http://localhost:${port}/launch`);
+    expect([...printed.searchParams.keys()]).to.deep.equal([
+      'patient',
+      'encounter',
+      'user',
+      'dob',
+      'sex',
+      'ts',
+      'nonce',
+      'sig',
+    ]);
+    expect(printed.searchParams.get('patient')).to.equal('P-1001');
+    const ehr = (await waitFor(/^\s+(http:\/\/127\.0\.0\.1:\d+\/)$/m, 10_000))[1]!;
+    expect(ehr).to.equal(`http://127.0.0.1:${sinkPort}/`);
 
     browser = await launchBrowser();
     const page = await browser.newPage();
@@ -93,8 +105,13 @@ describe('README hospital walkthrough: npm run hospital-demo', function () {
     await new Promise((r) => setTimeout(r, 2000));
     expect(output.match(/Report received by the demo sink/g)).to.have.length(1);
 
-    // A second launch for the same encounter reopens the same Task, now in the report editor.
-    await page.goto(launch);
+    // The printed link was used: it cannot open a second session.
+    const replay = await fetch(launch, { redirect: 'manual' });
+    expect(replay.status).to.equal(401);
+    // From the demo EHR's page (which signs a fresh link per click), the same encounter reopens the
+    // same Task, now in the report editor.
+    await page.goto(ehr);
+    await page.getByRole('link', { name: /Write the chest X-ray report/ }).click();
     await page.waitForURL(/\/app\/tasks\/\d+\/report/);
   });
 });

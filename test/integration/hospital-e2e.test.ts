@@ -7,7 +7,9 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Browser } from 'playwright-core';
 import { DEMO_QUESTIONNAIRE } from '../../src/commands/seed.js';
+import { signLaunch } from '../../src/integration/launch-signature.js';
 import { chromiumMissing, launchBrowser, screenshot } from '../app/support.js';
+import { TEST_LAUNCH_SECRET } from '../support/launch.js';
 import { freePort, type RunningServer, startServer } from '../support/process.js';
 
 const CLIENT_ID = 'hospital';
@@ -90,6 +92,7 @@ const prepare = (): { dir: string; env: Record<string, string> } => {
       CASEBOOK_SEED: seedFile,
       LAUNCHER_CLIENT_ID: CLIENT_ID,
       LAUNCHER_CLIENT_SECRET: CLIENT_SECRET,
+      LAUNCHER_SHARED_SECRET: TEST_LAUNCH_SECRET,
     },
   };
 };
@@ -108,7 +111,9 @@ const waitFor = async (check: () => boolean | Promise<boolean>, ms: number): Pro
 
 const posts = (sink: Sink) => sink.deliveries.filter((d) => d.method === 'POST');
 
-const launchQuery = (params: Record<string, string>) => `/launch?${new URLSearchParams(params)}`;
+/** A launch path signed now with the hospital's shared secret (a fresh nonce each call, as the EHR signs per click). */
+const launchQuery = (params: Record<string, string>) =>
+  `/launch?${signLaunch(params, TEST_LAUNCH_SECRET, new Date()).toString()}`;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -170,14 +175,15 @@ describe('hospital flow end to end (real processes)', function () {
       const context = await browser!.newContext();
       const page = await context.newPage();
       try {
-        const url = `http://localhost:${server!.port}${launchQuery({
+        const launch = {
           patient: 'P-1001',
           encounter: 'E-2001',
           user: 'dr-grey',
           dob: '1980-04-12',
           sex: 'F',
-        })}`;
-        await page.goto(url);
+        };
+        const url = () => `http://localhost:${server!.port}${launchQuery(launch)}`;
+        await page.goto(url());
         const button = page.getByRole('button', { name: /Chest X-ray report/ }).first();
         await button.waitFor({ timeout: 20_000 });
         await Promise.all([
@@ -218,8 +224,8 @@ describe('hospital flow end to end (real processes)', function () {
         await sleep(2000);
         expect(posts(sink!)).to.have.length(1);
 
-        // The same patient and encounter again: the same Task, straight into its editor.
-        await page.goto(url);
+        // The same patient and encounter again (a new signed link): the same Task, straight into its editor.
+        await page.goto(url());
         await page.waitForURL(new RegExp(`/app/tasks/${taskId}/report`), { timeout: 20_000 });
         expect(new URL(page.url()).pathname).to.equal(`/app/tasks/${taskId}/report`);
       } catch (error) {

@@ -1,6 +1,16 @@
 /** Launch URLs of the hospital launcher for tests (docs/interface.md §4.6). */
+import { signLaunch } from '../../src/integration/launch-signature.js';
 import type { TestApp } from './app.js';
 
-/** `GET {launch_url}?…` on 127.0.0.1 with `params`. */
-export const launchUrlOf = (app: TestApp, params: Record<string, string>): string =>
-  `${app.baseUrl}/launch?${new URLSearchParams(params).toString()}`;
+/** A shared secret for tests' signed launch links (LAUNCHER_SHARED_SECRET). */
+export const TEST_LAUNCH_SECRET = 'test-launch-secret-0123456789-abcdefghij';
+
+/**
+ * `GET {launch_url}?…` on 127.0.0.1 with `params`, signed now (a fresh nonce each call) with the
+ * app's first LAUNCHER_SHARED_SECRET; unsigned when it has none.
+ */
+export const launchUrlOf = (app: TestApp, params: Record<string, string>): string => {
+  const [secret] = app.casebook.config.launcher.sharedSecrets;
+  const query = secret ? signLaunch(params, secret, app.casebook.clock()) : new URLSearchParams(params);
+  return `${app.baseUrl}/launch?${query.toString()}`;
+};

@@ -13,7 +13,9 @@ import type { Casebook } from '../../casebook.js';
 import { launch } from '../../commands/launch.js';
 import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
+import { DomainError } from '../../domain/decider.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
+import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
 import { escapeHtml, layout } from '../app/layout.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
@@ -125,6 +127,18 @@ export const launchRouter = (casebook: Casebook): Router => {
   router.get('/', async (ctx) => {
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Referrer-Policy', 'no-referrer');
+    const { config } = casebook;
+    const { launcher } = config;
+    // Who is launching comes first: a link that is not trusted gets 401 and learns nothing more.
+    let signature: { nonce: string; ts: number; key: number } | undefined;
+    const verified = verifyLaunch(ctx.query, launcher.sharedSecrets, casebook.clock());
+    if (verified.ok) signature = { nonce: verified.nonce, ts: verified.ts, key: verified.key };
+    else if (!(verified.reason === 'unsigned' && launcher.allowUnsigned)) {
+      if (launcher.sharedSecrets.length === 0 && !launcher.allowUnsigned)
+        throw notConfigured('LAUNCHER_SHARED_SECRET is not set, so no launch link can be verified');
+      casebook.logger.warn({ requestId: ctx.state.requestId, reason: verified.reason }, 'launch refused');
+      throw new HttpError(401, 'LaunchNotTrusted', REFUSAL_TEXT[verified.reason]);
+    }
     let request: ReturnType<typeof parseLaunchParams>;
     try {
       request = parseLaunchParams(ctx.query, casebook.clock());
@@ -133,20 +147,49 @@ export const launchRouter = (casebook: Casebook): Router => {
       throw error;
     }
     const client = await launcherClient(casebook);
-    const { config } = casebook;
-    const outcome = await launch(
-      casebook.context({
-        tenantId: client.tenantId,
-        actor: { type: 'client', id: client.clientId },
-        requestId: ctx.state.requestId as string,
-      }),
-      client,
-      clientPrincipal(client),
-      request,
-      config.launcher,
-      `${config.launchUrl}/submitted`,
-      globalRedirectOrigins(casebook),
-    );
+    let outcome: Awaited<ReturnType<typeof launch>>;
+    try {
+      outcome = await launch(
+        casebook.context({
+          tenantId: client.tenantId,
+          actor: { type: 'client', id: client.clientId },
+          requestId: ctx.state.requestId as string,
+        }),
+        client,
+        clientPrincipal(client),
+        request,
+        {
+          systems: launcher,
+          postSubmitRedirect: `${config.launchUrl}/submitted`,
+          globalOrigins: globalRedirectOrigins(casebook),
+          ...(signature ? { signature } : {}),
+          updateDemographics: launcher.updateDemographics,
+        },
+      );
+    } catch (error) {
+      if (error instanceof DomainError && error.code === 'LaunchReplayed')
+        throw new HttpError(401, 'LaunchNotTrusted', REFUSAL_TEXT.replayed);
+      throw error;
+    }
+    if (outcome.disagreements.length > 0)
+      // An OperationOutcome warning in the log; the values themselves are patient data and stay out.
+      casebook.logger.warn(
+        {
+          requestId: ctx.state.requestId,
+          outcome: {
+            resourceType: 'OperationOutcome',
+            issue: outcome.disagreements.map((element) => ({
+              severity: 'warning',
+              code: 'business-rule',
+              diagnostics: `the launch link's ${element} disagrees with Patient/${outcome.patientId}; ${
+                launcher.updateDemographics ? 'the record was updated' : 'the record was kept'
+              }`,
+              expression: [`Patient.${element}`],
+            })),
+          },
+        },
+        'launch demographics disagree with the patient record',
+      );
     const next = `${config.appUrl}/external/v1?task=Task/${outcome.taskId}`;
     const params = new URLSearchParams({ token: outcome.session.handoverToken, next });
     ctx.status = 303;
