@@ -40,6 +40,18 @@ interface StreamSlot {
   required: boolean;
   /** When its first event was decided: streams are appended in the order of decision. */
   order: number;
+  /** Metadata overrides of this stream's events. */
+  cause?: { readonly tenantId?: number | null; readonly actor?: Actor };
+}
+
+export interface DecideOptions {
+  /**
+   * The stream is new (a freshly allocated id, or a reservation expected to be free) and is not
+   * read; if it turns out to exist, the append conflicts and the retry reads it.
+   */
+  readonly fresh?: boolean;
+  /** The tenant (and actor) of this stream's events, when it differs from the command's. */
+  readonly cause?: { readonly tenantId?: number | null; readonly actor?: Actor };
 }
 
 /** The streams one attempt of a command reads and writes. */
@@ -66,7 +78,7 @@ export interface UnitOfWork {
     stream: string,
     decider: Decider<C, S, E>,
     command: C | ((state: S) => C),
-    options?: { fresh?: boolean },
+    options?: DecideOptions,
   ): Promise<E[]>;
   /**
    * The number of events `stream` holds with this unit of work's decisions (a FHIR resource's
@@ -145,7 +157,7 @@ class Work implements UnitOfWork {
     stream: string,
     decider: Decider<C, S, E>,
     command: C | ((state: S) => C),
-    options: { fresh?: boolean } = {},
+    options: DecideOptions = {},
   ): Promise<E[]> {
     let slot = this.slots.get(stream);
     if (!slot) {
@@ -164,6 +176,7 @@ class Work implements UnitOfWork {
         slot = this.slots.get(stream)!;
       }
     }
+    if (options.cause) slot.cause = options.cause;
     const state = slot.state as S;
     const resolved = typeof command === 'function' ? (command as (s: S) => C)(state) : command;
     const events = decider.decide(resolved, state);
@@ -202,7 +215,7 @@ class Work implements UnitOfWork {
       .filter(([, slot]) => slot.events.length > 0 || slot.required)
       .sort(([, a], [, b]) => a.order - b.order)
       .map(([streamName, slot]) => {
-        const ctx = { ...this.ctx, ...this.cause };
+        const ctx = { ...this.ctx, ...this.cause, ...slot.cause };
         const events = toNewEvents(ctx, slot.events).map((event): NewEvent => {
           const id = commandId ? uuidv5(`${commandId}:${index}`, COMMAND_NAMESPACE) : event.id;
           index++;

@@ -1,0 +1,193 @@
+/**
+ * Building FHIR R5 AuditEvent resources (docs/architecture.md "Audit trail"; issue 14): who (the
+ * API client, or the session and its Practitioner), what (the action and the entities with their
+ * patient), when, from where (client address, request id), and the outcome. References and codes
+ * only: no names, identifiers' values or query strings, which may be patient data.
+ */
+import type { AuditEventResource } from '../domain/audit/audit.js';
+
+/** AuditEvent.action (R5 audit-event-action): create, read, update, delete, execute. */
+export type AuditAction = 'C' | 'R' | 'U' | 'D' | 'E';
+
+/** Who acted: an API client, or a session (with its user's Practitioner). */
+export type AuditAgent =
+  | { readonly kind: 'client'; readonly clientId: string }
+  | { readonly kind: 'session'; readonly sessionId: number; readonly practitionerId: number | null }
+  | { readonly kind: 'system'; readonly name: string }
+  | { readonly kind: 'anonymous' };
+
+/** A resource (or another object) the action was about, and the patient it belongs to. */
+export interface AuditEntity {
+  /** `Patient/12`, or `Session/3` for casebook objects that are not FHIR resources. */
+  readonly reference: string;
+  readonly patientId?: number | null;
+}
+
+/** Everything one AuditEvent says. */
+export interface AuditRecord {
+  readonly id: string;
+  readonly tenantId: number | null;
+  /** What was done: a FHIR interaction (`read`, `search-type`, `create`…) or a casebook one (`launch`). */
+  readonly interaction: string;
+  readonly action: AuditAction;
+  readonly recorded: string;
+  /** HTTP status of the answer (or 200 for work without one, e.g. an export). */
+  readonly status: number;
+  readonly agent: AuditAgent;
+  readonly entities: readonly AuditEntity[];
+  readonly clientAddress?: string;
+  readonly requestId?: string;
+}
+
+/** FHIR restful interactions; the others are casebook's own codes. */
+const RESTFUL = new Set([
+  'read',
+  'vread',
+  'update',
+  'patch',
+  'delete',
+  'history',
+  'history-instance',
+  'history-type',
+  'history-system',
+  'create',
+  'search',
+  'search-type',
+  'search-system',
+  'capabilities',
+  'transaction',
+  'batch',
+  'operation',
+]);
+
+export const AUDIT_CODE_SYSTEM = 'https://casebook.dev/fhir/CodeSystem/audit';
+export const CLIENT_SYSTEM = 'https://casebook.dev/fhir/NamingSystem/api-client';
+export const SESSION_SYSTEM = 'https://casebook.dev/fhir/NamingSystem/session';
+export const REQUEST_ID_EXTENSION = 'https://casebook.dev/fhir/StructureDefinition/request-id';
+
+/** R5 audit-event-outcome: 0 success, 4 minor failure (refused request), 8 serious failure (server error). */
+export const outcomeCode = (status: number): '0' | '4' | '8' => (status < 400 ? '0' : status < 500 ? '4' : '8');
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  409: 'Conflict',
+  410: 'Gone',
+  412: 'Precondition Failed',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+/** The references an agent is searchable by (`agent=`): `Practitioner/7`, `client|demo-ehr`, `session|3`. */
+export const agentKeys = (agent: AuditAgent): string[] => {
+  switch (agent.kind) {
+    case 'client':
+      return [`${CLIENT_SYSTEM}|${agent.clientId}`, agent.clientId];
+    case 'session':
+      return [
+        `${SESSION_SYSTEM}|${agent.sessionId}`,
+        ...(agent.practitionerId !== null ? [`Practitioner/${agent.practitionerId}`] : []),
+      ];
+    case 'system':
+      return [`system|${agent.name}`];
+    case 'anonymous':
+      return [];
+  }
+};
+
+const agentsOf = (agent: AuditAgent, network?: string): Record<string, unknown>[] => {
+  const networkOf = network ? { networkString: network } : {};
+  switch (agent.kind) {
+    case 'client':
+      return [
+        {
+          type: { coding: [{ system: 'http://dicom.nema.org/resources/ontology/DCM', code: '110150', display: 'Application' }] },
+          who: { identifier: { system: CLIENT_SYSTEM, value: agent.clientId }, display: `API client ${agent.clientId}` },
+          requestor: true,
+          ...networkOf,
+        },
+      ];
+    case 'session':
+      return [
+        ...(agent.practitionerId !== null
+          ? [{ who: { reference: `Practitioner/${agent.practitionerId}` }, requestor: true, ...networkOf }]
+          : []),
+        {
+          type: { coding: [{ system: 'http://dicom.nema.org/resources/ontology/DCM', code: '110150', display: 'Application' }] },
+          who: { identifier: { system: SESSION_SYSTEM, value: String(agent.sessionId) }, display: `session ${agent.sessionId}` },
+          requestor: agent.practitionerId === null,
+          ...networkOf,
+        },
+      ];
+    case 'system':
+      return [{ who: { display: `casebook ${agent.name}` }, requestor: true }];
+    case 'anonymous':
+      return [{ who: { display: 'unauthenticated' }, requestor: true, ...networkOf }];
+  }
+};
+
+/** The AuditEvent resource of a record. */
+export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
+  const patients = [...new Set(record.entities.map((e) => e.patientId).filter((p): p is number => typeof p === 'number'))];
+  const outcome = outcomeCode(record.status);
+  return {
+    resourceType: 'AuditEvent',
+    id: record.id,
+    ...(record.requestId ? { extension: [{ url: REQUEST_ID_EXTENSION, valueString: record.requestId }] } : {}),
+    category: [
+      {
+        coding: [
+          RESTFUL.has(record.interaction)
+            ? { system: 'http://terminology.hl7.org/CodeSystem/audit-event-type', code: 'rest', display: 'RESTful Operation' }
+            : { system: AUDIT_CODE_SYSTEM, code: 'application', display: 'casebook application activity' },
+        ],
+      },
+    ],
+    code: {
+      coding: [
+        RESTFUL.has(record.interaction)
+          ? { system: 'http://hl7.org/fhir/restful-interaction', code: record.interaction }
+          : { system: AUDIT_CODE_SYSTEM, code: record.interaction },
+      ],
+    },
+    action: record.action,
+    severity: outcome === '0' ? 'informational' : outcome === '4' ? 'warning' : 'error',
+    recorded: record.recorded,
+    outcome: {
+      code: { system: 'http://terminology.hl7.org/CodeSystem/audit-event-outcome', code: outcome },
+      ...(record.status >= 400
+        ? { detail: [{ text: `${record.status} ${STATUS_TEXT[record.status] ?? 'Error'}` }] }
+        : {}),
+    },
+    // R5 has one patient; the entities carry each one's patient when several are involved.
+    ...(patients.length === 1 ? { patient: { reference: `Patient/${patients[0]}` } } : {}),
+    agent: agentsOf(record.agent, record.clientAddress),
+    source: {
+      observer: { display: 'casebook' },
+      type: [{ system: 'http://terminology.hl7.org/CodeSystem/security-source-type', code: '4', display: 'Application Server' }],
+    },
+    ...(record.entities.length > 0
+      ? {
+          entity: record.entities.map((e) => {
+            const slash = e.reference.indexOf('/');
+            const type = e.reference.slice(0, slash);
+            const what =
+              type === 'Session'
+                ? { identifier: { system: SESSION_SYSTEM, value: e.reference.slice(slash + 1) } }
+                : { reference: e.reference };
+            return {
+              what,
+              ...(typeof e.patientId === 'number' && type !== 'Patient'
+                ? { detail: [{ type: { text: 'patient' }, valueReference: { reference: `Patient/${e.patientId}` } }] }
+                : {}),
+            };
+          }),
+        }
+      : {}),
+  };
+};
