@@ -12,6 +12,7 @@ const TITLES: Record<number, string> = {
   404: 'Not found',
   409: 'This link is ambiguous',
   410: 'This was deleted',
+  413: 'This request is too large',
   415: 'Unsupported request',
   422: 'This cannot be opened',
   500: 'Something went wrong',
