@@ -8,8 +8,8 @@
 
 // Characters below U+0020 other than tab, LF and CR; a high surrogate not followed by a low one;
 // a low surrogate not preceded by a high one. No nested quantifiers: linear time.
-// biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
 const FORBIDDEN =
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
   /[\u0000-\u0008\u000B\u000C\u000E-\u001F]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /** Where a string breaks the rule, and why. */
