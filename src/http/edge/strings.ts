@@ -30,6 +30,8 @@ const queryParameters = (query: string): Record<string, string[]> => {
     Object.defineProperty(parameters, name, {
       value: [...(Object.hasOwn(parameters, name) ? parameters[name]! : []), value],
       enumerable: true,
+      writable: true,
+      configurable: true,
     });
   return parameters;
 };

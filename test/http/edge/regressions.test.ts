@@ -6,6 +6,7 @@
  */
 import { gzipSync } from 'node:zlib';
 import { expect } from 'chai';
+import { LaunchError, parseLaunchParams } from '../../../src/integration/launcher.js';
 import { basic, GENERAL, seed, startTestApp, type TestApp } from '../../support/app.js';
 import { testDatabases } from '../../support/databases.js';
 import { expectOutcome, FHIR_JSON, fhir, ROLE_NEW } from '../../support/fhir.js';
@@ -22,6 +23,15 @@ const nestedItems = (depth: number, withAnswer = false): Record<string, unknown>
 /** `{"url":…,"extension":[{…}]}` nested `depth` extensions deep, as text (JSON.stringify would overflow). */
 const nestedExtensionJson = (depth: number): string =>
   `${'{"url":"urn:x","extension":['.repeat(depth)}{"url":"urn:x","valueString":"x"}${']}'.repeat(depth)}`;
+
+describe('issue 10 regressions without a database', () => {
+  it('refuses sex=__proto__ at the launcher with 400 (it found Object.prototype and answered 502)', () => {
+    expect(() => parseLaunchParams({ patient: 'P', encounter: 'E', user: 'U', sex: '__proto__' })).to.throw(
+      LaunchError,
+      /not a known code/,
+    );
+  });
+});
 
 for (const database of testDatabases) {
   describe(`issue 10 regressions on ${database.name}`, () => {
