@@ -66,7 +66,8 @@ export const SESSION_SYSTEM = 'https://casebook.dev/fhir/NamingSystem/session';
 export const REQUEST_ID_EXTENSION = 'https://casebook.dev/fhir/StructureDefinition/request-id';
 
 /** R5 audit-event-outcome: 0 success, 4 minor failure (refused request), 8 serious failure (server error). */
-export const outcomeCode = (status: number): '0' | '4' | '8' => (status < 400 ? '0' : status < 500 ? '4' : '8');
+export const outcomeCode = (status: number): '0' | '4' | '8' =>
+  status < 400 ? '0' : status < 500 ? '4' : '8';
 
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request',
@@ -106,8 +107,19 @@ const agentsOf = (agent: AuditAgent, network?: string): Record<string, unknown>[
     case 'client':
       return [
         {
-          type: { coding: [{ system: 'http://dicom.nema.org/resources/ontology/DCM', code: '110150', display: 'Application' }] },
-          who: { identifier: { system: CLIENT_SYSTEM, value: agent.clientId }, display: `API client ${agent.clientId}` },
+          type: {
+            coding: [
+              {
+                system: 'http://dicom.nema.org/resources/ontology/DCM',
+                code: '110150',
+                display: 'Application',
+              },
+            ],
+          },
+          who: {
+            identifier: { system: CLIENT_SYSTEM, value: agent.clientId },
+            display: `API client ${agent.clientId}`,
+          },
           requestor: true,
           ...networkOf,
         },
@@ -118,8 +130,19 @@ const agentsOf = (agent: AuditAgent, network?: string): Record<string, unknown>[
           ? [{ who: { reference: `Practitioner/${agent.practitionerId}` }, requestor: true, ...networkOf }]
           : []),
         {
-          type: { coding: [{ system: 'http://dicom.nema.org/resources/ontology/DCM', code: '110150', display: 'Application' }] },
-          who: { identifier: { system: SESSION_SYSTEM, value: String(agent.sessionId) }, display: `session ${agent.sessionId}` },
+          type: {
+            coding: [
+              {
+                system: 'http://dicom.nema.org/resources/ontology/DCM',
+                code: '110150',
+                display: 'Application',
+              },
+            ],
+          },
+          who: {
+            identifier: { system: SESSION_SYSTEM, value: String(agent.sessionId) },
+            display: `session ${agent.sessionId}`,
+          },
           requestor: agent.practitionerId === null,
           ...networkOf,
         },
@@ -133,17 +156,25 @@ const agentsOf = (agent: AuditAgent, network?: string): Record<string, unknown>[
 
 /** The AuditEvent resource of a record. */
 export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
-  const patients = [...new Set(record.entities.map((e) => e.patientId).filter((p): p is number => typeof p === 'number'))];
+  const patients = [
+    ...new Set(record.entities.map((e) => e.patientId).filter((p): p is number => typeof p === 'number')),
+  ];
   const outcome = outcomeCode(record.status);
   return {
     resourceType: 'AuditEvent',
     id: record.id,
-    ...(record.requestId ? { extension: [{ url: REQUEST_ID_EXTENSION, valueString: record.requestId }] } : {}),
+    ...(record.requestId
+      ? { extension: [{ url: REQUEST_ID_EXTENSION, valueString: record.requestId }] }
+      : {}),
     category: [
       {
         coding: [
           RESTFUL.has(record.interaction)
-            ? { system: 'http://terminology.hl7.org/CodeSystem/audit-event-type', code: 'rest', display: 'RESTful Operation' }
+            ? {
+                system: 'http://terminology.hl7.org/CodeSystem/audit-event-type',
+                code: 'rest',
+                display: 'RESTful Operation',
+              }
             : { system: AUDIT_CODE_SYSTEM, code: 'application', display: 'casebook application activity' },
         ],
       },
@@ -169,7 +200,13 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
     agent: agentsOf(record.agent, record.clientAddress),
     source: {
       observer: { display: 'casebook' },
-      type: [{ system: 'http://terminology.hl7.org/CodeSystem/security-source-type', code: '4', display: 'Application Server' }],
+      type: [
+        {
+          system: 'http://terminology.hl7.org/CodeSystem/security-source-type',
+          code: '4',
+          display: 'Application Server',
+        },
+      ],
     },
     ...(record.entities.length > 0
       ? {
@@ -183,7 +220,11 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
             return {
               what,
               ...(typeof e.patientId === 'number' && type !== 'Patient'
-                ? { detail: [{ type: { text: 'patient' }, valueReference: { reference: `Patient/${e.patientId}` } }] }
+                ? {
+                    detail: [
+                      { type: { text: 'patient' }, valueReference: { reference: `Patient/${e.patientId}` } },
+                    ],
+                  }
                 : {}),
             };
           }),

@@ -5,12 +5,14 @@
 import cors from '@koa/cors';
 import Router from '@koa/router';
 import Koa from 'koa';
-import { koaBody } from 'koa-body';
 import { v4 as uuidv4 } from 'uuid';
 import type { Casebook } from '../casebook.js';
+import { REQUEST_EVALUATION_BUDGET_MS, withEvaluationBudget } from '../sdc/budget.js';
 import { sendErrorPage } from './app/error-page.js';
 import { appRouter } from './app/router.js';
 import { sessionsRouter } from './auth/sessions.js';
+import { boundedBody } from './edge/body.js';
+import { fhirStringRule } from './edge/strings.js';
 import { HttpError, sendProblem, toProblem } from './errors.js';
 import { sendOutcome, toOutcome } from './fhir/outcome.js';
 import { fhirRouter } from './fhir/router.js';
@@ -145,20 +147,11 @@ export const createHttpApp = (casebook: Casebook): Koa => {
 
   app.use((ctx, next) => (isFhir(ctx.path) ? corsMiddleware(ctx, next) : next()));
 
-  app.use(
-    koaBody({
-      json: true,
-      jsonTypes: ['application/json', 'application/fhir+json'],
-      // Form field names are kept as sent: the report editor's names carry Questionnaire linkIds,
-      // which often contain dots (`1.2`, `findings.lungs`) that qs would otherwise nest.
-      queryString: { allowDots: false },
-      urlencoded: true,
-      text: false,
-      multipart: false,
-      jsonLimit: '1mb',
-      formLimit: '64kb',
-    }),
-  );
+  // Issue 10: bounded body parsing, FHIR's string rule on everything a client sends, and a time
+  // budget for the FHIRPath and regexes a request makes casebook evaluate — before any route.
+  app.use(boundedBody());
+  app.use(fhirStringRule(isFhir));
+  app.use((_ctx, next) => withEvaluationBudget(REQUEST_EVALUATION_BUDGET_MS, next));
 
   const root = new Router();
   const application = appRouter(casebook);

@@ -109,7 +109,8 @@ export const parseLaunchParams = (query: Query, today: Date = new Date()): Launc
   const sexRaw = single(query, 'sex')?.trim();
   let gender: Gender | undefined;
   if (sexRaw) {
-    gender = SEX[sexRaw.toLowerCase()];
+    // Own keys only: `sex=__proto__` must not find Object.prototype.
+    gender = Object.hasOwn(SEX, sexRaw.toLowerCase()) ? SEX[sexRaw.toLowerCase()] : undefined;
     if (!gender)
       throw new LaunchError(
         400,

@@ -3,9 +3,15 @@
  * model, shared by $populate, $validate and $extract so every expression is evaluated the same way:
  * same model, same error type, and a clock the caller controls (SDC expressions use `today()` and
  * `now()`; a deterministic operation passes its own `now`).
+ *
+ * Expressions come from clients, so (issue 10) each evaluation runs within a time budget
+ * (src/sdc/budget.ts) and the regex functions `matches`, `matchesFull` and `replaceMatches` run
+ * on RE2 in linear time (src/sdc/regex.ts) instead of JavaScript's backtracking RegExp.
  */
 import fhirpath from 'fhirpath';
 import r5model from 'fhirpath/fhir-context/r5';
+import { EvaluationBudgetExceeded, runWithinBudget } from './budget.js';
+import { matchesAnywhere, matchesWhole, type RegexFlags, replaceAllMatches } from './regex.js';
 
 /** Environment variables of an evaluation, without the `%` (`{ patient: {...} }` → `%patient`). */
 export type FhirPathEnv = Record<string, unknown>;
@@ -55,6 +61,62 @@ const clockFunctions = (now: Date) => {
   };
 };
 
+/** The single string of a function's input collection; undefined when empty (fhirpath.js's singleton). */
+const singletonString = (collection: unknown[]): string | undefined => {
+  if (collection.length > 1)
+    throw new Error(`expected a single string, not a collection of ${collection.length} items`);
+  if (collection.length === 0) return undefined;
+  const value: unknown = fhirpath.util.valData(collection[0]);
+  if (value === null || value === undefined) return undefined;
+  if (typeof value !== 'string') throw new Error(`expected a string, not ${typeof value}`);
+  return value;
+};
+
+const isEmpty = (value: unknown): boolean =>
+  value === null || value === undefined || (Array.isArray(value) && value.length === 0);
+
+/** FHIRPath regex flags (`i`, `m`); fhirpath.js always matches in single-line (dot-all) mode. */
+const regexFlags = (flags: unknown): RegexFlags => {
+  const text = typeof flags === 'string' ? flags : '';
+  if (/[^im]/.test(text)) throw new Error('matches/matchesFull flags must only contain i and/or m');
+  return { caseInsensitive: text.includes('i'), multiline: text.includes('m'), dotAll: true };
+};
+
+/**
+ * fhirpath.js's regex functions, on RE2 (linear time), with fhirpath.js's semantics: an empty
+ * input or pattern answers empty; `matches` finds the pattern anywhere, `matchesFull` requires the
+ * whole string; `replaceMatches` replaces every match.
+ */
+const RE2_FUNCTIONS = {
+  matches: {
+    fn: (input: unknown[], regex: unknown, flags?: unknown) => {
+      const value = singletonString(input);
+      return value === undefined || isEmpty(regex)
+        ? []
+        : matchesAnywhere(String(regex), value, regexFlags(flags));
+    },
+    arity: { 1: ['String'], 2: ['String', 'String'] },
+  },
+  matchesFull: {
+    fn: (input: unknown[], regex: unknown, flags?: unknown) => {
+      const value = singletonString(input);
+      return value === undefined || isEmpty(regex)
+        ? []
+        : matchesWhole(String(regex), value, regexFlags(flags));
+    },
+    arity: { 1: ['String'], 2: ['String', 'String'] },
+  },
+  replaceMatches: {
+    fn: (input: unknown[], regex: unknown, substitution: unknown) => {
+      const value = singletonString(input);
+      return value === undefined || isEmpty(regex) || isEmpty(substitution)
+        ? []
+        : replaceAllMatches(String(regex), value, String(substitution));
+    },
+    arity: { 2: ['String', 'String'] },
+  },
+};
+
 const run = (
   resource: unknown,
   expression: string,
@@ -64,23 +126,31 @@ const run = (
 ): unknown[] => {
   try {
     const path = options.base ? { base: options.base, expression } : expression;
-    const result: unknown = fhirpath.evaluate(resource as object, path, env as never, r5model, {
-      resolveInternalTypes,
-      ...(options.now ? { userInvocationTable: clockFunctions(options.now) } : {}),
-    } as never);
+    const userInvocationTable = options.now
+      ? { ...RE2_FUNCTIONS, ...clockFunctions(options.now) }
+      : RE2_FUNCTIONS;
+    const result: unknown = runWithinBudget(() =>
+      fhirpath.evaluate(resource as object, path, env as never, r5model, {
+        resolveInternalTypes,
+        userInvocationTable,
+      } as never),
+    );
     if (result instanceof Promise)
       throw new FhirPathError(expression, 'asynchronous FHIRPath functions are not supported');
     return result as unknown[];
   } catch (error) {
     if (error instanceof FhirPathError) throw error;
+    if (error instanceof EvaluationBudgetExceeded) throw new FhirPathError(expression, error.message);
     throw new FhirPathError(expression, error instanceof Error ? error.message : String(error));
   }
 };
 
 /**
  * Evaluates a FHIRPath expression against `resource` (a FHIR resource, or part of one with
- * `options.base`) using the FHIR R5 model; results are plain JavaScript values.
- * @throws {FhirPathError} when the expression does not parse or fails (e.g. an undefined %variable).
+ * `options.base`) using the FHIR R5 model; results are plain JavaScript values. Runs within the
+ * evaluation budget of src/sdc/budget.ts (at most EVALUATION_BUDGET_MS, 200 ms, per expression).
+ * @throws {FhirPathError} when the expression does not parse, fails (e.g. an undefined %variable),
+ *   uses a regex RE2 cannot compile, or runs out of its time budget.
  */
 export const evaluateFhirPath = (
   resource: unknown,

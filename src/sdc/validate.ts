@@ -9,7 +9,9 @@
  * answerOption/answerConstraint, answerValueSet, maxLength and the core constraint extensions
  * (minLength, regex, minValue, maxValue, maxDecimalPlaces).
  */
+import { runWithinBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
+import { matchesWhole } from './regex.js';
 import type {
   CanonicalResolver,
   Json,
@@ -806,27 +808,8 @@ export const validateResponse = async (
         });
       const regex = extensionValue(q, EXT_REGEX)?.[1];
       if (typeof regex === 'string') {
-        let re: RegExp | undefined;
-        try {
-          re = new RegExp(`^(?:${regex})$`, 'u');
-        } catch {
-          try {
-            re = new RegExp(`^(?:${regex})$`);
-          } catch {
-            report({
-              code: 'processing',
-              advisory: true,
-              diagnostics: `${label(q)}: the regex extension ${JSON.stringify(regex)} is not a valid regular expression; not applied`,
-              expression: [path],
-            });
-          }
-        }
-        if (re && !re.test(value))
-          report({
-            code: 'value',
-            diagnostics: `${label(q)}: ${JSON.stringify(value)} does not match the pattern ${regex}`,
-            expression: [path],
-          });
+        const problem = regexProblem(q, regex, value, path);
+        if (problem) report(problem);
       }
     }
     for (const [url, bound] of [
@@ -902,6 +885,37 @@ const display = (key: string, value: unknown): string => {
     return JSON.stringify(value);
   }
   return typeof value === 'string' ? `'${value}'` : String(value);
+};
+
+/**
+ * The `regex` extension (R5 core extension; issue 10): the whole answer must match, on RE2 in
+ * linear time and within the evaluation budget. A pattern RE2 cannot compile, or one that runs out
+ * of time, is a warning that it was not applied; never an exception.
+ */
+const regexProblem = (
+  q: QuestionnaireItem,
+  regex: string,
+  value: string,
+  path: string,
+): Problem | undefined => {
+  let matched: boolean;
+  try {
+    matched = runWithinBudget(() => matchesWhole(regex, value));
+  } catch (error) {
+    return {
+      code: 'processing',
+      advisory: true,
+      diagnostics: `${label(q)}: the regex extension ${JSON.stringify(regex)} was not applied: ${error instanceof Error ? error.message : String(error)}`,
+      expression: [path],
+    };
+  }
+  return matched
+    ? undefined
+    : {
+        code: 'value',
+        diagnostics: `${label(q)}: ${JSON.stringify(value)} does not match the pattern ${regex}`,
+        expression: [path],
+      };
 };
 
 /** Resolves every answerValueSet of the Questionnaire up front: contained (`#id`) or through `resolve`. */

@@ -7,11 +7,17 @@
 import type { Decider, Event } from '../decider.js';
 
 /** A FHIR R5 AuditEvent (JSON), with its id. */
-export type AuditEventResource = Record<string, unknown> & { readonly resourceType: 'AuditEvent'; readonly id: string };
+export type AuditEventResource = Record<string, unknown> & {
+  readonly resourceType: 'AuditEvent';
+  readonly id: string;
+};
 
 export type AuditEvent = Event<'AuditEventRecorded', { readonly auditEvent: AuditEventResource }>;
 
-export type AuditCommand = { readonly type: 'RecordAuditEvents'; readonly auditEvents: readonly AuditEventResource[] };
+export type AuditCommand = {
+  readonly type: 'RecordAuditEvents';
+  readonly auditEvents: readonly AuditEventResource[];
+};
 
 export type AuditState = { readonly recorded: number };
 
@@ -19,7 +25,8 @@ export type AuditState = { readonly recorded: number };
 export const auditDecider: Decider<AuditCommand, AuditState, AuditEvent> = {
   initialState: { recorded: 0 },
   evolve: (state) => ({ recorded: state.recorded + 1 }),
-  decide: (command) => command.auditEvents.map((auditEvent) => ({ type: 'AuditEventRecorded', data: { auditEvent } })),
+  decide: (command) =>
+    command.auditEvents.map((auditEvent) => ({ type: 'AuditEventRecorded', data: { auditEvent } })),
 };
 
 export const AUDIT_EVENT_RECORDED = 'AuditEventRecorded';

@@ -3,17 +3,30 @@
  * against the salted hash in the API-client read model, in constant time. Verified pairs are
  * remembered briefly (keyed by a SHA-256 of the secret and the stored hash) so scrypt does not run
  * on every request; rotating the secret changes the stored hash and so invalidates the entry.
+ *
+ * Uniform credential checks (issue 10): an unknown client id is verified against a dummy hash with
+ * the same scrypt parameters, so "unknown client" and "wrong secret" take the same time and client
+ * ids cannot be enumerated by timing. Decoded credentials must be FHIR strings (no NUL or other
+ * control characters), otherwise 401.
  */
 import basicAuth from 'basic-auth';
 import type { Context } from 'koa';
-import { hashToken, verifySecret } from '../../commands/secrets.js';
+import { hashSecret, hashToken, randomToken, verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import type { Sql } from '../../db/sql.js';
+import { isFhirString } from '../../fhir/strings.js';
 import { HttpError } from '../errors.js';
 
 const CACHE_TTL_MS = 60_000;
 const CACHE_MAX = 1000;
 const verified = new Map<string, number>();
+
+let dummyHash: Promise<string> | undefined;
+/** A hash of a random secret nobody knows, made once, for unknown client ids. */
+const dummySecretHash = (): Promise<string> => {
+  dummyHash ??= hashSecret(randomToken());
+  return dummyHash;
+};
 
 const unauthorized = (message: string) =>
   new HttpError(401, 'InvalidClientCredentials', message, {
@@ -25,9 +38,15 @@ const unauthorized = (message: string) =>
  * @throws {HttpError} 401 with `WWW-Authenticate: Basic` when credentials are missing or wrong.
  */
 export const authenticateClient = async (ctx: Context, sql: Sql): Promise<ClientPrincipal> => {
+  const header = ctx.get('Authorization');
+  if (!header) throw unauthorized('client credentials are required (HTTP Basic client_id:client_secret)');
   const credentials = basicAuth(ctx.req);
   if (!credentials)
-    throw unauthorized('client credentials are required (HTTP Basic client_id:client_secret)');
+    throw unauthorized(
+      'the Authorization header is not valid HTTP Basic: Basic base64(client_id:client_secret) is required',
+    );
+  if (!isFhirString(credentials.name) || !isFhirString(credentials.pass))
+    throw unauthorized('the client credentials contain control characters or lone surrogates');
   const rows = await sql.query<{
     client_id: string;
     tenant_id: number;
@@ -38,7 +57,10 @@ export const authenticateClient = async (ctx: Context, sql: Sql): Promise<Client
     credentials.name,
   ]);
   const row = rows[0];
-  if (!row) throw unauthorized('unknown client or wrong secret');
+  if (!row) {
+    await verifySecret(credentials.pass, await dummySecretHash());
+    throw unauthorized('unknown client or wrong secret');
+  }
   const key = `${row.client_id}:${hashToken(credentials.pass)}:${row.secret_hash}`;
   const cachedAt = verified.get(key);
   if (cachedAt === undefined || Date.now() - cachedAt > CACHE_TTL_MS) {
