@@ -6,6 +6,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { v4 as uuidv4 } from 'uuid';
+import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
@@ -25,6 +26,8 @@ export interface Casebook {
   readonly runner: ProjectionRunner;
   readonly logger: Logger;
   readonly metrics: Metrics;
+  /** The audit trail's writer (group commit). */
+  readonly audit: AuditTrail;
   /** The report exporter, when EXPORT_SINK is set and this process runs it. */
   readonly exporter: Exporter | undefined;
   /** The clock every command reads its `now` from (tests move it). */
@@ -134,6 +137,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   }
   let exporter: Exporter | undefined;
   const metrics = createMetrics();
+  let audit: AuditTrail | undefined;
   const casebook: Casebook = {
     config,
     sql,
@@ -141,6 +145,12 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     runner,
     logger,
     metrics,
+    get audit() {
+      audit ??= new AuditTrail(() =>
+        casebook.context({ tenantId: null, actor: { type: 'system', id: 'audit' } }),
+      );
+      return audit;
+    },
     get exporter() {
       return exporter;
     },
@@ -171,6 +181,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     }),
     close: async () => {
       await exporter?.stop();
+      await audit?.drain();
       await runner.stop();
       await store.close();
       await sql.close();

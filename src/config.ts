@@ -36,6 +36,7 @@ const schema = z.object({
   ALLOWED_REDIRECT_ORIGINS: list,
   CORS_ORIGINS: list,
   METRICS_TOKEN: z.string().optional(),
+  AUDIT_READS: z.enum(['true', 'false', '']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EXPORT_SINK: z.string().optional(),
   LAUNCHER_CLIENT_ID: z.string().optional(),
@@ -69,6 +70,11 @@ export interface Config {
   readonly logLevel: string;
   /** When set, /metrics answers only `Authorization: Bearer <metricsToken>`. */
   readonly metricsToken: string | undefined;
+  /**
+   * Record an AuditEvent for every read (default true). Off only to measure what auditing costs;
+   * writes, denials and every other access are recorded regardless.
+   */
+  readonly auditReads: boolean;
   /**
    * Where report text goes (README.md "Configuration"): `http(s)://…` (POST text/plain), `mllp://host:port`
    * (HL7 v2 ORU^R01), `file:///absolute/dir`; undefined = no export.
@@ -143,6 +149,7 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     corsOrigins: e.CORS_ORIGINS,
     logLevel: e.LOG_LEVEL,
     metricsToken: e.METRICS_TOKEN || undefined,
+    auditReads: e.AUDIT_READS !== 'false',
     exportSink: e.EXPORT_SINK || undefined,
     launcher: {
       clientId: e.LAUNCHER_CLIENT_ID || undefined,

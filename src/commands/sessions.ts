@@ -379,7 +379,15 @@ export const handOverSession = async (
   token: string,
   next: string,
   globalOrigins: readonly string[],
-): Promise<{ cookie: string; expiresAt: string; sessionId: number; next: string }> => {
+): Promise<{
+  cookie: string;
+  expiresAt: string;
+  sessionId: number;
+  next: string;
+  tenantId: number;
+  userId: number;
+  patientId: number | null;
+}> => {
   const match = TOKEN_PATTERN.exec(token);
   if (!match)
     throw new DomainError('unauthorized', 'HandoverTokenInvalid', 'the handover token is not valid');
@@ -399,9 +407,23 @@ export const handOverSession = async (
     uow.setCause({ tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } });
     const tenant = await loadTenant(uow, state.tenantId);
     const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
-    return { expiresAt: state.expiresAt, target };
+    return {
+      expiresAt: state.expiresAt,
+      target,
+      tenantId: state.tenantId,
+      userId: state.userId,
+      patientId: state.patientId,
+    };
   });
-  return { cookie, expiresAt: result.expiresAt, sessionId, next: result.target };
+  return {
+    cookie,
+    expiresAt: result.expiresAt,
+    sessionId,
+    next: result.target,
+    tenantId: result.tenantId,
+    userId: result.userId,
+    patientId: result.patientId,
+  };
 };
 
 /**

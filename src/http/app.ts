@@ -10,6 +10,7 @@ import type { Casebook } from '../casebook.js';
 import { REQUEST_EVALUATION_BUDGET_MS, withEvaluationBudget } from '../sdc/budget.js';
 import { sendErrorPage } from './app/error-page.js';
 import { appRouter } from './app/router.js';
+import { auditMiddleware } from './audit.js';
 import { sessionsRouter } from './auth/sessions.js';
 import { boundedBody } from './edge/body.js';
 import { fhirStringRule } from './edge/strings.js';
@@ -53,6 +54,15 @@ export const createHttpApp = (casebook: Casebook): Koa => {
     exposeHeaders: ['Location', 'ETag', 'Last-Modified'],
     maxAge: 600,
   });
+
+  // Outermost: the AuditEvent sees the final status, and is in the log before the answer leaves.
+  const authPrefix = mountPath(casebook.config.authUrl);
+  app.use(
+    auditMiddleware(
+      casebook,
+      (path) => (isFhir(path) && !path.endsWith('/metadata')) || under(authPrefix, path) || isApp(path),
+    ),
+  );
 
   app.use(async (ctx, next) => {
     const started = performance.now();

@@ -1,3 +1,4 @@
+import { auditEventsProjection } from './audit-events.js';
 import { exportOutboxProjection } from './export-outbox.js';
 import type { Projection } from './projection.js';
 import { resourcesProjection } from './resources.js';
@@ -11,4 +12,5 @@ export const allProjections: readonly Projection[] = [
   sessionsProjection,
   resourcesProjection,
   exportOutboxProjection,
+  auditEventsProjection,
 ];

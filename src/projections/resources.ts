@@ -194,7 +194,8 @@ export interface ResourceRow {
   readonly author: string | null;
 }
 
-const toRow = (r: Record<string, unknown>): ResourceRow => ({
+/** A `rm_resources` row as selected (`SELECT *`) → {@link ResourceRow}. */
+export const rowOf = (r: Record<string, unknown>): ResourceRow => ({
   resourceType: r.resource_type as ResourceType,
   id: Number(r.id),
   tenantId: Number(r.tenant_id),
@@ -219,7 +220,7 @@ export const readResource = async (
     `SELECT * FROM rm_resources WHERE resource_type = $1 AND id = $2 AND tenant_id = $3`,
     [type, id, tenantId],
   );
-  return rows[0] ? toRow(rows[0]) : undefined;
+  return rows[0] ? rowOf(rows[0]) : undefined;
 };
 
 /** Search criteria the data server supports, all ANDed; values within one criterion are ORed. */
@@ -268,7 +269,7 @@ export const searchResources = async (
     `SELECT r.* FROM rm_resources r WHERE ${where.join(' AND ')} ORDER BY r.id LIMIT ${param(query.limit)}`,
     params,
   );
-  return rows.map(toRow);
+  return rows.map(rowOf);
 };
 
 /** Live resources of `types` whose compartment column (`patient_id` or `encounter_id`) is `id`, as `Type/id`. */

@@ -14,7 +14,7 @@ import {
 } from '../domain/fhir/resource.js';
 import type { EventStore } from '../eventstore/port.js';
 import { authorize, isAllowed, mayAtAll, type Principal, targetOf } from '../fhir/access.js';
-import type { ResourceDefinition } from '../fhir/definitions.js';
+import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
 import { SEARCH_PARAMETERS, type SearchParameter } from '../fhir/search.js';
@@ -22,6 +22,7 @@ import {
   type ResourceQuery,
   type ResourceRow,
   readResource,
+  rowOf,
   searchResources,
 } from '../projections/resources.js';
 
@@ -232,4 +233,118 @@ export const search = async (
         included.push(row);
   }
   return { matches: rows, total: matched.length, included };
+};
+
+/** `_count` of $everything when none is given, and its maximum. */
+export const DEFAULT_EVERYTHING_COUNT = 50;
+
+/** Order of the types in $everything: the Patient first, then its compartment, then what it references. */
+const EVERYTHING_ORDER: readonly ResourceType[] = [
+  'Patient',
+  'Encounter',
+  'Task',
+  'QuestionnaireResponse',
+  'Practitioner',
+  'Questionnaire',
+];
+
+export interface EverythingPage {
+  readonly rows: readonly ResourceRow[];
+  readonly total: number;
+  /** The `_cursor` of the next page; undefined on the last. */
+  readonly next: string | undefined;
+}
+
+const referencedIds = (
+  rows: readonly ResourceRow[],
+  type: 'Practitioner',
+  elements: readonly string[],
+): number[] => {
+  const ids = new Set<number>();
+  for (const row of rows)
+    for (const element of elements) {
+      const value = row.resource[element];
+      for (const ref of Array.isArray(value) ? value : [value]) {
+        const m = /^Practitioner\/(\d{1,10})$/.exec(
+          String((ref as { reference?: unknown } | undefined)?.reference ?? ''),
+        );
+        if (m && type === 'Practitioner') ids.add(Number(m[1]));
+      }
+    }
+  return [...ids];
+};
+
+/**
+ * `GET /Patient/{id}/$everything` (FHIR R5 Patient-everything; issue 14): the Patient, every live
+ * resource of its compartment (Encounter, Task, QuestionnaireResponse), the Practitioners they
+ * reference and the Questionnaires its responses answer — each only when the caller may read it —
+ * in a stable order (type, then id), paged with a keyset `_cursor`.
+ * @throws {DomainError} 404 unknown Patient (or another tenant's), 403 when the Patient itself may
+ *   not be read, 410 deleted, 400 malformed `_count`/`_cursor`.
+ */
+export const everything = async (
+  sql: Sql,
+  principal: Principal,
+  patientId: number,
+  params: SearchParams,
+): Promise<EverythingPage> => {
+  const patient = await read(sql, principal, DEFINITIONS.Patient, patientId);
+  const compartment = await sql.query(
+    `SELECT * FROM rm_resources WHERE tenant_id = $1 AND patient_id = $2 AND NOT deleted AND resource_type <> 'Patient'`,
+    [principal.tenantId, patientId],
+  );
+  const rows = compartment.map(rowOf);
+  const practitioners = referencedIds(rows, 'Practitioner', ['owner', 'requester', 'author', 'participant']);
+  const canonicals = [
+    ...new Set(rows.map((r) => r.resource.questionnaire).filter((q): q is string => typeof q === 'string')),
+  ];
+  const referenced = [
+    ...(practitioners.length
+      ? await searchResources(sql, 'Practitioner', principal.tenantId, { ids: practitioners, limit: 1000 })
+      : []),
+    ...(canonicals.length
+      ? await searchResources(sql, 'Questionnaire', principal.tenantId, {
+          elements: [{ element: 'url', values: canonicals.map((c) => c.split('|')[0]!) }],
+          limit: 1000,
+        })
+      : []),
+  ];
+  const all = [patient, ...rows, ...referenced]
+    .filter((row) => isAllowed(principal, 'r', targetOf(row)))
+    .sort(
+      (a, b) =>
+        EVERYTHING_ORDER.indexOf(a.resourceType) - EVERYTHING_ORDER.indexOf(b.resourceType) || a.id - b.id,
+    );
+  const countText = Array.isArray(params._count) ? params._count[0] : params._count;
+  const count = countText === undefined ? DEFAULT_EVERYTHING_COUNT : Number(countText);
+  if (!Number.isInteger(count) || count < 1)
+    throw new DomainError('invalid', 'InvalidCount', '_count must be a positive integer', '_count');
+  const size = Math.min(count, 1000);
+  const cursorText = Array.isArray(params._cursor) ? params._cursor[0] : params._cursor;
+  let start = 0;
+  if (cursorText) {
+    const m = /^(\d{1,2})-(\d{1,10})$/.exec(Buffer.from(cursorText, 'base64url').toString('utf8'));
+    if (!m)
+      throw new DomainError(
+        'invalid',
+        'InvalidCursor',
+        '_cursor is not a cursor of this operation',
+        '_cursor',
+      );
+    // Keyset: the first row after (rank, id), so rows added or removed before it shift nothing.
+    const [rank, id] = [Number(m[1]), Number(m[2])];
+    start = all.findIndex(
+      (r) =>
+        EVERYTHING_ORDER.indexOf(r.resourceType) > rank ||
+        (EVERYTHING_ORDER.indexOf(r.resourceType) === rank && r.id > id),
+    );
+    if (start < 0) start = all.length;
+  }
+  const page = all.slice(start, start + size);
+  const last = page.at(-1);
+  const next =
+    start + size < all.length && last
+      ? Buffer.from(`${EVERYTHING_ORDER.indexOf(last.resourceType)}-${last.id}`).toString('base64url')
+      : undefined;
+  return { rows: page, total: all.length, next };
 };

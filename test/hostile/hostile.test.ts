@@ -11,6 +11,7 @@
  */
 import { expect } from 'chai';
 import fc from 'fast-check';
+import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { isFhirString } from '../../src/fhir/strings.js';
 import { EXT_ENABLE_WHEN_EXPRESSION, EXT_REGEX } from '../../src/sdc/validate.js';
@@ -18,6 +19,7 @@ import { newPatient, newTask, sessionBody, unique } from '../app/support.js';
 import { basic, GENERAL, MANAGED, seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { fhir, ROLE_NEW, sessionCookie } from '../support/fhir.js';
+import { TEST_LAUNCH_SECRET } from '../support/launch.js';
 import {
   describeRequest,
   extraKeys,
@@ -41,6 +43,8 @@ const MAX_RESPONSE_MS = 2_000;
 const LAUNCHER_ENV = {
   LAUNCHER_CLIENT_ID: 'ehr-backend',
   LAUNCHER_CLIENT_SECRET: 'general-secret-0123456789',
+  // Hostile launch links are unsigned or badly signed: they must get 401, never reach the launch.
+  LAUNCHER_SHARED_SECRET: TEST_LAUNCH_SECRET,
 };
 
 const SDC = 'http://hl7.org/fhir/uv/sdc/StructureDefinition/';
@@ -782,7 +786,10 @@ for (const database of testDatabases) {
     let last: RecordedEvent['position'] | undefined;
     const figures: Figures[] = [];
 
-    /** Events appended since the previous call. */
+    /**
+     * Events appended since the previous call, the audit trail left out: a refused request is
+     * recorded as an AuditEvent (issue 14) but changes nothing else.
+     */
     const newEvents = async (): Promise<number> => {
       let count = 0;
       for (;;) {
@@ -791,7 +798,7 @@ for (const database of testDatabases) {
           maxCount: 1000,
         });
         if (page.length === 0) return count;
-        count += page.length;
+        count += page.filter((e) => e.type !== AUDIT_EVENT_RECORDED).length;
         last = page.at(-1)!.position;
       }
     };

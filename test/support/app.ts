@@ -9,6 +9,7 @@ import pino from 'pino';
 import { type Casebook, openCasebook } from '../../src/casebook.js';
 import { applySeed, type Seed } from '../../src/commands/seed.js';
 import { loadConfig } from '../../src/config.js';
+import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { createHttpApp } from '../../src/http/app.js';
 import type { TestDatabase } from './databases.js';
@@ -19,8 +20,11 @@ export interface TestApp {
   readonly authUrl: string;
   /** Moves the clock forward by `ms` milliseconds. */
   advance(ms: number): void;
-  /** Every event of `$all`, in order. */
-  allEvents(): Promise<RecordedEvent[]>;
+  /**
+   * Every event of `$all`, in order — without the audit trail's AuditEventRecorded events unless
+   * `audit` is true (a refused request writes an AuditEvent and nothing else).
+   */
+  allEvents(options?: { audit?: boolean }): Promise<RecordedEvent[]>;
   close(): Promise<void>;
 }
 
@@ -56,13 +60,13 @@ export const startTestApp = async (
     advance: (ms) => {
       now += ms;
     },
-    allEvents: async () => {
+    allEvents: async (options = {}) => {
       const events: RecordedEvent[] = [];
       let from: RecordedEvent['position'] | undefined;
       for (;;) {
         const page = await casebook.store.readAll({ ...(from ? { from } : {}), maxCount: 1000 });
         if (page.length === 0) return events;
-        events.push(...page);
+        events.push(...(options.audit ? page : page.filter((e) => e.type !== AUDIT_EVENT_RECORDED)));
         from = page.at(-1)!.position;
       }
     },

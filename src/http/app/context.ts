@@ -8,8 +8,10 @@ import type { Casebook } from '../../casebook.js';
 import type { CommandContext } from '../../commands/context.js';
 import { DomainError } from '../../domain/decider.js';
 import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
+import type { AuditEntity } from '../../fhir/audit-event.js';
 import { type ResourceRow, readResource } from '../../projections/resources.js';
 import type { SessionRow } from '../../projections/sessions.js';
+import { noteAudit } from '../audit.js';
 import { sessionFromCookie } from '../auth/sessions.js';
 import { sessionPrincipal } from '../fhir/principal.js';
 import { escapeHtml } from './layout.js';
@@ -23,6 +25,8 @@ export interface PageContext {
   readonly readonly: boolean;
   /** The query to carry along internal links: readonly and viewMode as given. */
   readonly carry: URLSearchParams;
+  /** Tells the audit trail which resources this page showed or changed. */
+  readonly note: (entities: readonly AuditEntity[]) => void;
 }
 
 const first = (value: string | string[] | undefined): string | undefined =>
@@ -63,6 +67,7 @@ export const pageContext = async (ctx: Context, casebook: Casebook): Promise<Pag
     chrome: viewMode ?? session.deploymentMode,
     readonly: carry.get('readonly') === 'yes',
     carry,
+    note: (entities) => noteAudit(ctx, { entities }),
   };
 };
 
@@ -104,6 +109,7 @@ export const loadTask = async (page: PageContext, rawId: string | undefined): Pr
       `Task/${rawId ?? ''} is not known in this data tenant`,
     );
   await authorizeTask(page, row);
+  page.note([{ reference: `Task/${row.id}`, patientId: row.patientId }]);
   return row;
 };
 

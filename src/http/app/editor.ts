@@ -99,6 +99,7 @@ const loadReport = async (
       : await readResource(page.command.sql, 'QuestionnaireResponse', responseId, page.session.tenantId);
   if (!response || response.deleted)
     throw new DomainError('unprocessable', 'NoResponse', `Task/${task.id} has no questionnaire response yet`);
+  page.note([{ reference: `QuestionnaireResponse/${response.id}`, patientId: response.patientId }]);
   const resolve = tenantResolver(casebook, page.principal);
   const canonical = String(response.resource.questionnaire ?? '');
   let questionnaire = canonical ? await resolve('Questionnaire', canonical) : undefined;

@@ -100,6 +100,7 @@ export const launch = async (ctx: Context, casebook: Casebook): Promise<void> =>
   const page = await pageContext(ctx, casebook);
   const task = await findTask(ctx, casebook, page.session.tenantId);
   await authorizeTask(page, task);
+  page.note([{ reference: `Task/${task.id}`, patientId: task.patientId }]);
   const status = task.resource.status;
   const base = `${appUrl}/tasks/${task.id}`;
   ctx.status = 303;

@@ -15,6 +15,7 @@ import { hashSecret, hashToken, randomToken, verifySecret } from '../../commands
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import type { Sql } from '../../db/sql.js';
 import { isFhirString } from '../../fhir/strings.js';
+import { noteAgent } from '../audit.js';
 import { HttpError } from '../errors.js';
 
 const CACHE_TTL_MS = 60_000;
@@ -69,6 +70,7 @@ export const authenticateClient = async (ctx: Context, sql: Sql): Promise<Client
     if (verified.size >= CACHE_MAX) verified.clear();
     verified.set(key, Date.now());
   }
+  noteAgent(ctx, { kind: 'client', clientId: row.client_id }, Number(row.tenant_id));
   return {
     clientId: row.client_id,
     tenantId: Number(row.tenant_id),

@@ -8,6 +8,7 @@ import type { Casebook } from '../../casebook.js';
 import { hashToken } from '../../commands/secrets.js';
 import { type CreatedSession, createSession, endSession, handOverSession } from '../../commands/sessions.js';
 import { findSession, findSessionByCookie, type SessionRow } from '../../projections/sessions.js';
+import { noteAgent, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
 import { authenticateClient } from './client-auth.js';
 import { createSessionBody, handoverParams } from './sessions.schema.js';
@@ -68,6 +69,11 @@ export const sessionFromCookie = async (ctx: Context, casebook: Casebook): Promi
   if (!cookie) throw new HttpError(401, 'SessionRequired', `the ${SESSION_COOKIE} cookie is required`);
   const session = await findSessionByCookie(casebook.sql, hashToken(cookie), casebook.clock());
   if (!session) throw new HttpError(401, 'SessionInvalid', 'the session has ended, expired or is unknown');
+  noteAgent(
+    ctx,
+    { kind: 'session', sessionId: session.id, practitionerId: session.userId },
+    session.tenantId,
+  );
   return session;
 };
 
@@ -112,6 +118,11 @@ export const sessionsRouter = (casebook: Casebook): Router => {
       },
       globalRedirectOrigins(casebook),
     );
+    noteAudit(ctx, {
+      interaction: 'session-create',
+      action: 'C',
+      entities: [{ reference: `Session/${created.sessionId}`, patientId: created.patientId }],
+    });
     ctx.status = 201;
     ctx.set('Location', `${casebook.config.authUrl}/sessions/${created.sessionId}`);
     ctx.set('Cache-Control', 'no-store');
@@ -125,7 +136,14 @@ export const sessionsRouter = (casebook: Casebook): Router => {
       actor: { type: 'system', id: 'handover' },
       requestId: requestId(ctx),
     });
+    noteAudit(ctx, { interaction: 'session-handover', action: 'U' });
     const result = await handOverSession(command, token, next, globalRedirectOrigins(casebook));
+    noteAgent(
+      ctx,
+      { kind: 'session', sessionId: result.sessionId, practitionerId: result.userId },
+      result.tenantId,
+    );
+    noteAudit(ctx, { entities: [{ reference: `Session/${result.sessionId}`, patientId: result.patientId }] });
     ctx.status = 303;
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Referrer-Policy', 'no-referrer');
@@ -155,12 +173,20 @@ export const sessionsRouter = (casebook: Casebook): Router => {
 
   router.get('/sessions/current', async (ctx) => {
     const session = await sessionFromCookie(ctx, casebook);
+    noteAudit(ctx, {
+      interaction: 'session-read',
+      entities: [{ reference: `Session/${session.id}`, patientId: session.patientId }],
+    });
     ctx.set('Cache-Control', 'no-store');
     ctx.body = sessionBody(session, casebook.clock());
   });
 
   router.get('/sessions/:id', async (ctx) => {
     const client = await authenticateClient(ctx, casebook.sql);
+    noteAudit(ctx, {
+      interaction: 'session-read',
+      entities: [{ reference: `Session/${sessionIdParam(ctx)}` }],
+    });
     const session = await findSession(casebook.sql, sessionIdParam(ctx), client.tenantId);
     if (!session) throw new HttpError(404, 'SessionNotFound', 'no such session in this data tenant');
     ctx.set('Cache-Control', 'no-store');
@@ -173,6 +199,11 @@ export const sessionsRouter = (casebook: Casebook): Router => {
       tenantId: client.tenantId,
       actor: { type: 'client', id: client.clientId },
       requestId: requestId(ctx),
+    });
+    noteAudit(ctx, {
+      interaction: 'session-end',
+      action: 'D',
+      entities: [{ reference: `Session/${sessionIdParam(ctx)}` }],
     });
     await endSession(command, sessionIdParam(ctx), client.tenantId);
     ctx.status = 204;

@@ -11,11 +11,14 @@ import { execute } from '../../commands/handler.js';
 import type { WriteResult } from '../../commands/resources.js';
 import { transaction } from '../../commands/transaction.js';
 import { DomainError } from '../../domain/decider.js';
-import type { ResourceType } from '../../domain/fhir/resource.js';
+import { isResourceType, type ResourceType } from '../../domain/fhir/resource.js';
 import type { Principal } from '../../fhir/access.js';
-import { toFhirResource } from '../../fhir/references.js';
+import type { AuditEntity } from '../../fhir/audit-event.js';
+import { compartmentOf, toFhirResource } from '../../fhir/references.js';
 import { definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
+import { encodeCursor, readAuditEvent, searchAuditEvents } from '../../queries/audit.js';
 import * as queries from '../../queries/fhir.js';
+import { noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
 import { capabilityStatement } from './capability.js';
 import { FHIR_JSON, requireFhirJson } from './media.js';
@@ -40,6 +43,22 @@ const sendResource = (
 const written = (type: ResourceType, result: WriteResult) =>
   toFhirResource(type, result.id, result.versionId, result.lastUpdated, result.content);
 
+/** The audit entity of a stored resource (a read-model row). */
+const rowEntity = (row: {
+  resourceType: ResourceType;
+  id: number;
+  patientId: number | null;
+}): AuditEntity => ({
+  reference: `${row.resourceType}/${row.id}`,
+  patientId: row.patientId,
+});
+
+/** The audit entity of a written resource. */
+const writtenEntity = (type: ResourceType, result: WriteResult): AuditEntity => ({
+  reference: `${type}/${result.id}`,
+  patientId: compartmentOf(type, result.id, result.content).patientId ?? null,
+});
+
 /** Builds the router of the data server (mounted at the path of {fhir_base_url}). */
 export const fhirRouter = (casebook: Casebook): Router => {
   const router = new Router();
@@ -59,9 +78,24 @@ export const fhirRouter = (casebook: Casebook): Router => {
   router.post('/', async (ctx) => {
     requireFhirJson(ctx);
     const principal = await resolvePrincipal(ctx, casebook);
+    noteAudit(ctx, { interaction: 'transaction', action: 'E' });
     const { result } = await execute(contextFor(ctx, principal), (uow) =>
       transaction(uow, principal, ctx.request.body),
     );
+    const touched = (
+      (result.entry ?? []) as { resource?: Record<string, unknown>; response: { location?: string } }[]
+    )
+      .map((e) => e.response.location?.split('/_history')[0])
+      .filter((ref): ref is string => typeof ref === 'string');
+    const patients = ((result.entry ?? []) as { resource?: Record<string, unknown> }[]).map((e) => {
+      const r = e.resource;
+      return r && isResourceType(String(r.resourceType))
+        ? (compartmentOf(r.resourceType as ResourceType, Number(r.id), r).patientId ?? null)
+        : null;
+    });
+    noteAudit(ctx, {
+      entities: touched.map((reference, i) => ({ reference, patientId: patients[i] ?? null })),
+    });
     ctx.type = FHIR_JSON;
     ctx.body = result;
   });
@@ -70,6 +104,11 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const def = definitionOf(ctx.params.type!);
     const principal = await resolvePrincipal(ctx, casebook);
     const result = await queries.search(casebook.sql, principal, def, parameters);
+    noteAudit(ctx, {
+      interaction: 'search-type',
+      action: 'R',
+      entities: [...result.matches, ...result.included].map(rowEntity),
+    });
     ctx.type = FHIR_JSON;
     ctx.body = {
       resourceType: 'Bundle',
@@ -99,6 +138,105 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const text = query.toString();
     return `${base}/${type}${text ? `?${text}` : ''}`;
   };
+
+  // The audit trail (issue 14): read-only, for API clients with AuditEvent scopes.
+  router.get('/AuditEvent', async (ctx) => {
+    const principal = await resolvePrincipal(ctx, casebook);
+    const params = ctx.query as queries.SearchParams;
+    const page = await searchAuditEvents(casebook.sql, principal, params);
+    noteAudit(ctx, { interaction: 'search-type', action: 'R' });
+    const link = (cursor?: string) => {
+      const query = new URLSearchParams();
+      for (const [name, value] of Object.entries(params))
+        if (name !== '_cursor')
+          for (const v of Array.isArray(value) ? value : value === undefined ? [] : [value])
+            query.append(name, v);
+      if (!query.has('_count')) query.set('_count', String(page.count));
+      if (cursor) query.set('_cursor', cursor);
+      return `${base}/AuditEvent?${query.toString()}`;
+    };
+    ctx.type = FHIR_JSON;
+    ctx.body = {
+      resourceType: 'Bundle',
+      type: 'searchset',
+      total: page.total,
+      link: [
+        { relation: 'self', url: link(params._cursor ? String(params._cursor) : undefined) },
+        { relation: 'first', url: link() },
+        ...(page.next ? [{ relation: 'next', url: link(encodeCursor(page.next)) }] : []),
+      ],
+      ...(page.auditEvents.length > 0
+        ? {
+            entry: page.auditEvents.map((resource) => ({
+              fullUrl: `${base}/AuditEvent/${String(resource.id)}`,
+              resource,
+              search: { mode: 'match' },
+            })),
+          }
+        : {}),
+    };
+  });
+  router.get('/AuditEvent/:id', async (ctx) => {
+    const principal = await resolvePrincipal(ctx, casebook);
+    const resource = await readAuditEvent(casebook.sql, principal, ctx.params.id ?? '');
+    noteAudit(ctx, {
+      interaction: 'read',
+      action: 'R',
+      entities: [{ reference: `AuditEvent/${ctx.params.id}` }],
+    });
+    ctx.type = FHIR_JSON;
+    ctx.body = resource;
+  });
+  const auditIsReadOnly = () => {
+    throw new HttpError(
+      405,
+      'MethodNotAllowed',
+      'AuditEvents are recorded by casebook itself and cannot be written',
+      {
+        Allow: 'GET',
+      },
+    );
+  };
+  router.post('/AuditEvent', auditIsReadOnly);
+  router.put('/AuditEvent/:id', auditIsReadOnly);
+  router.delete('/AuditEvent/:id', auditIsReadOnly);
+
+  // FHIR R5 Patient $everything (issue 14): the patient's whole record, paged.
+  router.get('/Patient/:id/$everything', async (ctx) => {
+    const id = idOf('Patient', ctx.params.id);
+    const principal = await resolvePrincipal(ctx, casebook);
+    const params = ctx.query as queries.SearchParams;
+    const page = await queries.everything(casebook.sql, principal, id, params);
+    noteAudit(ctx, { interaction: 'operation', action: 'R', entities: page.rows.map(rowEntity) });
+    const link = (cursor?: string) => {
+      const query = new URLSearchParams();
+      const count = params._count;
+      if (count !== undefined) query.set('_count', String(Array.isArray(count) ? count[0] : count));
+      if (cursor) query.set('_cursor', cursor);
+      const text = query.toString();
+      return `${base}/Patient/${id}/$everything${text ? `?${text}` : ''}`;
+    };
+    ctx.type = FHIR_JSON;
+    ctx.body = {
+      resourceType: 'Bundle',
+      type: 'searchset',
+      total: page.total,
+      link: [
+        { relation: 'self', url: link(params._cursor ? String(params._cursor) : undefined) },
+        { relation: 'first', url: link() },
+        ...(page.next ? [{ relation: 'next', url: link(page.next) }] : []),
+      ],
+      ...(page.rows.length > 0
+        ? {
+            entry: page.rows.map((row) => ({
+              fullUrl: `${base}/${row.resourceType}/${row.id}`,
+              resource: row.resource,
+              search: { mode: 'match' },
+            })),
+          }
+        : {}),
+    };
+  });
 
   router.get('/:type', (ctx) => search(ctx, ctx.query));
   // FHIR search by POST: form-encoded parameters (and any in the query string).
@@ -138,6 +276,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
           )
         : fhir.create(uow, principal, def, body),
     );
+    noteAudit(ctx, { interaction: 'create', entities: [writtenEntity(def.type, result)] });
     // FHIR conditional create: a match answers 200 with the existing resource.
     if (!result.created) {
       sendResource(ctx, 200, written(def.type, result), result.versionId, result.lastUpdated);
@@ -167,6 +306,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const { result } = await execute(contextFor(ctx, principal), (uow) =>
       fhir.conditionalUpdate(uow, principal, def, identifier, body),
     );
+    noteAudit(ctx, { interaction: 'update', entities: [writtenEntity(def.type, result)] });
     // docs/interface.md §4.3 rule 2: 200 whether it updated or created.
     ctx.set('Location', `${base}/${def.type}/${result.id}/_history/${result.versionId}`);
     sendResource(ctx, 200, written(def.type, result), result.versionId, result.lastUpdated);
@@ -177,6 +317,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
     const row = await queries.read(casebook.sql, principal, def, id);
+    noteAudit(ctx, { interaction: 'read', entities: [rowEntity(row)] });
     sendResource(ctx, 200, row.resource, row.versionId, row.lastUpdated.toISOString());
   });
 
@@ -190,6 +331,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const { result } = await execute(contextFor(ctx, principal), (uow) =>
       fhir.update(uow, principal, def, id, body, ifMatch),
     );
+    noteAudit(ctx, { interaction: 'update', entities: [writtenEntity(def.type, result)] });
     sendResource(ctx, 200, written(def.type, result), result.versionId, result.lastUpdated);
   });
 
@@ -206,6 +348,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const def = definitionOf(ctx.params.type!);
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
+    noteAudit(ctx, { interaction: 'history-instance', action: 'R' });
     const all = (await queries.versions(casebook.sql, casebook.store, principal, def, id)).reverse();
     ctx.type = FHIR_JSON;
     ctx.body = {
@@ -230,6 +373,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const def = definitionOf(ctx.params.type!);
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
+    noteAudit(ctx, { interaction: 'vread', action: 'R' });
     const vid = ctx.params.vid ?? '';
     const version = /^\d{1,10}$/.test(vid)
       ? (await queries.versions(casebook.sql, casebook.store, principal, def, id)).find(

@@ -18,6 +18,7 @@ import { type ExportStatus, exportStatus } from '../../integration/export/status
 import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
 import { escapeHtml, layout } from '../app/layout.js';
+import { noteAgent, noteAudit } from '../audit.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
 import { clientPrincipal } from '../fhir/principal.js';
@@ -146,7 +147,9 @@ export const launchRouter = (casebook: Casebook): Router => {
       if (error instanceof LaunchError) throw new HttpError(error.status, 'LaunchFailed', error.message);
       throw error;
     }
+    noteAudit(ctx, { interaction: 'launch', action: 'E' });
     const client = await launcherClient(casebook);
+    noteAgent(ctx, { kind: 'client', clientId: client.clientId }, client.tenantId);
     let outcome: Awaited<ReturnType<typeof launch>>;
     try {
       outcome = await launch(
@@ -171,6 +174,14 @@ export const launchRouter = (casebook: Casebook): Router => {
         throw new HttpError(401, 'LaunchNotTrusted', REFUSAL_TEXT.replayed);
       throw error;
     }
+    noteAudit(ctx, {
+      entities: [
+        { reference: `Patient/${outcome.patientId}`, patientId: outcome.patientId },
+        { reference: `Encounter/${outcome.encounterId}`, patientId: outcome.patientId },
+        { reference: `Task/${outcome.taskId}`, patientId: outcome.patientId },
+        { reference: `Session/${outcome.session.sessionId}`, patientId: outcome.patientId },
+      ],
+    });
     if (outcome.disagreements.length > 0)
       // An OperationOutcome warning in the log; the values themselves are patient data and stay out.
       casebook.logger.warn(

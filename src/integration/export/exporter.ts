@@ -7,7 +7,8 @@
  * exporter per database, elected with a Postgres advisory lock.
  */
 import type { Logger } from 'pino';
-import { v5 as uuidv5 } from 'uuid';
+import { v4 as uuidv4, v5 as uuidv5 } from 'uuid';
+import type { AuditTrail } from '../../commands/audit.js';
 import type { CommandContext } from '../../commands/context.js';
 import { execute } from '../../commands/handler.js';
 import type { Sql } from '../../db/sql.js';
@@ -40,6 +41,8 @@ export interface ExporterDeps {
   readonly runner: ProjectionRunner;
   readonly logger: Logger;
   readonly metrics?: Metrics;
+  /** The audit trail: every delivery attempt is a disclosure and is recorded. */
+  readonly audit?: AuditTrail;
   context(cause: { tenantId: number | null; actor: Actor }): CommandContext;
 }
 
@@ -281,6 +284,19 @@ export class Exporter {
     );
     // Until the outbox shows this attempt (async read models), the row is not due again.
     this.recorded.set(key, attempt);
+    const response = await readResource(this.deps.sql, 'QuestionnaireResponse', row.responseId, row.tenantId);
+    await this.deps.audit?.record({
+      id: uuidv4(),
+      tenantId: row.tenantId,
+      interaction: 'report-export',
+      action: 'E',
+      recorded: this.now().toISOString(),
+      status: event.type === REPORT_EXPORTED ? 200 : 502,
+      agent: { kind: 'system', name: 'export' },
+      entities: [
+        { reference: `QuestionnaireResponse/${row.responseId}`, patientId: response?.patientId ?? null },
+      ],
+    });
   }
 
   /** The report of one response version: its plain-text narrative and hospital identifiers. */

@@ -1,0 +1,103 @@
+/**
+ * Auditing at the HTTP edge (docs/architecture.md "Audit trail"; issue 14): every request to the
+ * data server, the form backend, the session interface, the application host and the launcher
+ * gets one AuditEvent — reads, writes, operations, session creation, handover and end, launches —
+ * with its outcome, denials included. The record is in the log before the response leaves: when
+ * it cannot be written, the answer is 503 instead.
+ *
+ * Routes say what they touched with {@link noteAudit}; authentication says who with
+ * {@link noteAgent}. Without a note the entity comes from the route's `:type/:id`.
+ */
+import type { Context, Next } from 'koa';
+import { v4 as uuidv4 } from 'uuid';
+import type { Casebook } from '../casebook.js';
+import type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../fhir/audit-event.js';
+
+/** What a route tells the audit middleware. */
+export interface AuditNote {
+  /** A FHIR interaction (`read`, `search-type`…) or a casebook one (`launch`, `handover`…). */
+  readonly interaction?: string;
+  readonly action?: AuditAction;
+  readonly entities?: readonly AuditEntity[];
+}
+
+/** Records what the request did, for its AuditEvent (later notes add to earlier ones). */
+export const noteAudit = (ctx: Context, note: AuditNote): void => {
+  const previous = (ctx.state.audit ?? {}) as AuditNote;
+  ctx.state.audit = {
+    ...previous,
+    ...note,
+    ...(note.entities ? { entities: [...(previous.entities ?? []), ...note.entities] } : {}),
+  };
+};
+
+/** Records who made the request, and in which tenant. */
+export const noteAgent = (ctx: Context, agent: AuditAgent, tenantId: number | null): void => {
+  ctx.state.auditAgent = agent;
+  ctx.state.auditTenant = tenantId;
+};
+
+const ACTIONS: Record<string, AuditAction> = { GET: 'R', HEAD: 'R', POST: 'C', PUT: 'U', DELETE: 'D' };
+
+const defaultInteraction = (ctx: Context, action: AuditAction): string => {
+  if (ctx.path.includes('$')) return 'operation';
+  const params = ctx.params as { type?: string; id?: string } | undefined;
+  switch (action) {
+    case 'R':
+      return params?.id ? 'read' : params?.type ? 'search-type' : 'read';
+    case 'C':
+      return 'create';
+    case 'U':
+      return 'update';
+    case 'D':
+      return 'delete';
+    default:
+      return 'operation';
+  }
+};
+
+const defaultEntities = (ctx: Context): AuditEntity[] => {
+  const params = ctx.params as { type?: string; id?: string } | undefined;
+  if (!params?.type || !params.id || !/^[A-Z][A-Za-z]+$/.test(params.type) || !/^\d{1,10}$/.test(params.id))
+    return [];
+  const id = Number(params.id);
+  return [{ reference: `${params.type}/${id}`, ...(params.type === 'Patient' ? { patientId: id } : {}) }];
+};
+
+/**
+ * The middleware: runs the request, then records its AuditEvent before the response is sent.
+ * @param audited which requests are audited (by path).
+ */
+export const auditMiddleware =
+  (casebook: Casebook, audited: (path: string) => boolean) =>
+  async (ctx: Context, next: Next): Promise<void> => {
+    if (!audited(ctx.path) || ctx.method === 'OPTIONS') return next();
+    await next();
+    const note = (ctx.state.audit ?? {}) as AuditNote;
+    const action = note.action ?? ACTIONS[ctx.method] ?? 'E';
+    if (action === 'R' && !casebook.config.auditReads) return;
+    const record: AuditRecord = {
+      id: uuidv4(),
+      tenantId: (ctx.state.auditTenant as number | null | undefined) ?? null,
+      interaction: note.interaction ?? defaultInteraction(ctx, action),
+      action,
+      recorded: casebook.clock().toISOString(),
+      status: ctx.status,
+      agent: (ctx.state.auditAgent as AuditAgent | undefined) ?? { kind: 'anonymous' },
+      entities: note.entities ?? defaultEntities(ctx),
+      ...(ctx.ip ? { clientAddress: ctx.ip } : {}),
+      ...(ctx.state.requestId ? { requestId: ctx.state.requestId as string } : {}),
+    };
+    try {
+      await casebook.audit.record(record);
+    } catch (error) {
+      // Fail closed: an answer the audit trail cannot show is not given.
+      casebook.logger.error(
+        { err: error, requestId: ctx.state.requestId },
+        'audit record failed; answering 503',
+      );
+      ctx.status = 503;
+      ctx.type = 'application/json';
+      ctx.body = { status: 503, detail: 'the audit trail cannot be written; try again shortly' };
+    }
+  };

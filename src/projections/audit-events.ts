@@ -1,0 +1,94 @@
+/**
+ * Read model of the audit trail (issue 14; docs/interface.md §4.3): `rm_audit_events` holds each
+ * AuditEvent with what it is searched by — tenant, time, action, outcome, agents, entities and
+ * patients (arrays with GIN indexes). Set-based, idempotent (one row per AuditEvent id).
+ */
+import { AUDIT_EVENT_RECORDED, type AuditEventResource } from '../domain/audit/audit.js';
+import { CLIENT_SYSTEM } from '../fhir/audit-event.js';
+import type { Projection } from './projection.js';
+import { rowsParam } from './projection.js';
+
+type Ref = { reference?: string; identifier?: { system?: string; value?: string } };
+
+const refKey = (ref: Ref | undefined): string | undefined =>
+  ref?.reference ??
+  (ref?.identifier?.value ? `${ref.identifier.system ?? ''}|${ref.identifier.value}` : undefined);
+
+/** What an AuditEvent is searched by. */
+export const auditIndex = (event: AuditEventResource) => {
+  // An API client is also found by its bare client_id (`agent=demo-ehr`).
+  const agents = ((event.agent as { who?: Ref }[] | undefined) ?? []).flatMap((a) => {
+    const key = refKey(a.who);
+    const bare = a.who?.identifier?.system === CLIENT_SYSTEM ? a.who.identifier.value : undefined;
+    return [key, bare].filter((k): k is string => typeof k === 'string');
+  });
+  const entityList =
+    (event.entity as { what?: Ref; detail?: { valueReference?: Ref }[] }[] | undefined) ?? [];
+  const entities = entityList.map((e) => refKey(e.what)).filter((k): k is string => typeof k === 'string');
+  const patientRefs = [
+    (event.patient as Ref | undefined)?.reference,
+    ...entityList.map((e) => e.what?.reference),
+    ...entityList.flatMap((e) => (e.detail ?? []).map((d) => d.valueReference?.reference)),
+  ];
+  const patients = [
+    ...new Set(
+      patientRefs.flatMap((r) => {
+        const m = typeof r === 'string' ? /^Patient\/(\d{1,10})$/.exec(r) : null;
+        return m ? [Number(m[1])] : [];
+      }),
+    ),
+  ];
+  const outcome = (event.outcome as { code?: { code?: string } } | undefined)?.code?.code ?? '0';
+  const code = (event.code as { coding?: { code?: string }[] } | undefined)?.coding?.[0]?.code ?? '';
+  return { agents: [...new Set(agents)], entities: [...new Set(entities)], patients, outcome, code };
+};
+
+export const auditEventsProjection: Projection = {
+  name: 'audit-events',
+  tables: ['rm_audit_events'],
+  migrate: (sql) =>
+    sql.exec(`CREATE TABLE IF NOT EXISTS rm_audit_events (
+      -- Insertion order: newest first and stable paging, whatever the clocks said.
+      seq bigserial UNIQUE,
+      id uuid PRIMARY KEY,
+      tenant_id integer,
+      recorded timestamptz NOT NULL,
+      action text NOT NULL,
+      outcome text NOT NULL,
+      code text NOT NULL,
+      agents text[] NOT NULL,
+      entities text[] NOT NULL,
+      patients integer[] NOT NULL,
+      content json NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS rm_audit_events_tenant_seq ON rm_audit_events (tenant_id, seq DESC);
+    CREATE INDEX IF NOT EXISTS rm_audit_events_recorded ON rm_audit_events (tenant_id, recorded);
+    CREATE INDEX IF NOT EXISTS rm_audit_events_patients ON rm_audit_events USING gin (patients);
+    CREATE INDEX IF NOT EXISTS rm_audit_events_entities ON rm_audit_events USING gin (entities);
+    CREATE INDEX IF NOT EXISTS rm_audit_events_agents ON rm_audit_events USING gin (agents);`),
+  handles: (type) => type === AUDIT_EVENT_RECORDED,
+  apply: async (events, tx) => {
+    const rows = events.map((e) => {
+      const auditEvent = (e.data as { auditEvent: AuditEventResource }).auditEvent;
+      return {
+        id: auditEvent.id,
+        tenant_id: e.metadata.tenantId,
+        recorded: auditEvent.recorded,
+        action: auditEvent.action ?? '',
+        ...auditIndex(auditEvent),
+        content: auditEvent,
+      };
+    });
+    if (rows.length === 0) return;
+    await tx.query(
+      `INSERT INTO rm_audit_events (id, tenant_id, recorded, action, outcome, code, agents, entities, patients, content)
+       SELECT x.id, x.tenant_id, x.recorded, x.action, x.outcome, x.code,
+              ARRAY(SELECT json_array_elements_text(x.agents)), ARRAY(SELECT json_array_elements_text(x.entities)),
+              ARRAY(SELECT json_array_elements_text(x.patients)::int), x.content
+         FROM json_to_recordset($1::json) AS x(id uuid, tenant_id integer, recorded timestamptz, action text,
+              outcome text, code text, agents json, entities json, patients json, content json)
+       ON CONFLICT (id) DO NOTHING`,
+      [rowsParam(rows)],
+    );
+  },
+};

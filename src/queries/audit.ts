@@ -1,0 +1,218 @@
+/**
+ * Reading the audit trail (docs/interface.md §4.3; issue 14): `GET {fhir_base_url}/AuditEvent`
+ * searchable by `patient`, `entity`, `agent`, `date` (ge/gt/le/lt/eq), `action` and `outcome`,
+ * newest first (in the order they were recorded), paged with a keyset cursor; `GET /AuditEvent/{id}`. Only API clients whose scopes
+ * cover AuditEvent may read them (e.g. `system/AuditEvent.rs`); no session can, whatever its scopes.
+ */
+import type { Sql } from '../db/sql.js';
+import { DomainError } from '../domain/decider.js';
+import { mayAtAll, type Principal } from '../fhir/access.js';
+import type { Permission } from '../fhir/scopes.js';
+
+/** `_count` when none is given, and its maximum. */
+export const DEFAULT_AUDIT_COUNT = 20;
+export const MAX_AUDIT_COUNT = 1000;
+
+type Params = Record<string, string | string[] | undefined>;
+
+const forbidden = (principal: Principal) =>
+  new DomainError(
+    'forbidden',
+    'ScopeNotGranted',
+    principal.kind === 'session'
+      ? 'AuditEvents are for API clients with AuditEvent scopes (e.g. system/AuditEvent.rs), not for sessions'
+      : "the client's scopes do not allow reading AuditEvent (e.g. system/AuditEvent.rs)",
+    undefined,
+    { issueCode: 'forbidden' },
+  );
+
+/** Refuses a caller who may not read the audit trail. @throws {DomainError} 403. */
+export const authorizeAudit = (principal: Principal, permission: Permission): void => {
+  if (principal.kind !== 'client' || !mayAtAll(principal, permission, 'AuditEvent' as never))
+    throw forbidden(principal);
+};
+
+const invalid = (name: string, message: string) =>
+  new DomainError('invalid', 'InvalidSearchParameter', message, name);
+
+const values = (params: Params, name: string): string[] => {
+  const raw = params[name];
+  return (Array.isArray(raw) ? raw : raw === undefined ? [] : [raw]).filter((v) => v !== '');
+};
+
+/** `Patient/12` or `12` → 12. */
+const patientIdOf = (text: string): number => {
+  const m = /^(?:Patient\/)?(\d{1,10})$/.exec(text);
+  if (!m) throw invalid('patient', `patient=${text} must be Patient/<id> or <id>`);
+  return Number(m[1]);
+};
+
+const DATE =
+  /^(eq|ge|gt|le|lt)?(\d{4}(?:-\d{2}(?:-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?)?)?)$/;
+
+/** The instant range a FHIR date value covers: `2026`, `2026-03`, `2026-03-01`, or an instant. */
+const rangeOf = (text: string): { start: Date; end: Date } => {
+  const year = Number(text.slice(0, 4));
+  if (text.length === 4)
+    return { start: new Date(Date.UTC(year, 0, 1)), end: new Date(Date.UTC(year + 1, 0, 1)) };
+  const month = Number(text.slice(5, 7)) - 1;
+  if (text.length === 7)
+    return { start: new Date(Date.UTC(year, month, 1)), end: new Date(Date.UTC(year, month + 1, 1)) };
+  if (text.length === 10) {
+    const start = new Date(`${text}T00:00:00Z`);
+    return { start, end: new Date(start.getTime() + 86_400_000) };
+  }
+  const instant = new Date(text);
+  return { start: instant, end: new Date(instant.getTime() + 1) };
+};
+
+/** Where a page ended: the read model's insertion sequence of its last AuditEvent. */
+export interface AuditCursor {
+  readonly seq: string;
+}
+
+/** The opaque `_cursor` of a page (no secrets, valid on any replica). */
+export const encodeCursor = (cursor: AuditCursor): string =>
+  Buffer.from(`a${cursor.seq}`).toString('base64url');
+
+const decodeCursor = (text: string): AuditCursor => {
+  const m = /^a(\d{1,19})$/.exec(Buffer.from(text, 'base64url').toString('utf8'));
+  if (!m) throw invalid('_cursor', '_cursor is not a cursor of this search (follow the Bundle links)');
+  return { seq: m[1]! };
+};
+
+export interface AuditPage {
+  readonly auditEvents: readonly Record<string, unknown>[];
+  /** Matching AuditEvents in all pages. */
+  readonly total: number;
+  /** Where the next page starts; undefined on the last page. */
+  readonly next: AuditCursor | undefined;
+  readonly count: number;
+}
+
+const KNOWN = new Set([
+  'patient',
+  'entity',
+  'agent',
+  'date',
+  'action',
+  'outcome',
+  '_count',
+  '_cursor',
+  '_format',
+  '_pretty',
+]);
+
+/**
+ * One page of the tenant's AuditEvents matching `params`, newest first.
+ * @throws {DomainError} 403 for a caller without AuditEvent scopes or a session; 400 for unknown or
+ *   malformed parameters.
+ */
+export const searchAuditEvents = async (
+  sql: Sql,
+  principal: Principal,
+  params: Params,
+): Promise<AuditPage> => {
+  authorizeAudit(principal, 's');
+  for (const name of Object.keys(params))
+    if (!KNOWN.has(name))
+      throw new DomainError(
+        'invalid',
+        'UnsupportedSearchParameter',
+        `search parameter ${name} is not supported on AuditEvent (supported: patient, entity, agent, date, action, outcome, _count)`,
+        name,
+        { issueCode: 'not-supported' },
+      );
+  const args: unknown[] = [principal.tenantId];
+  const arg = (value: unknown) => {
+    args.push(value);
+    return `$${args.length}`;
+  };
+  const where = ['tenant_id = $1'];
+  const alternatives = (name: string) => values(params, name).map((v) => v.split(',').filter(Boolean));
+  for (const list of alternatives('patient')) where.push(`patients && ${arg(list.map(patientIdOf))}::int[]`);
+  for (const list of alternatives('entity')) where.push(`entities && ${arg(list)}::text[]`);
+  for (const list of alternatives('agent')) where.push(`agents && ${arg(list)}::text[]`);
+  for (const list of alternatives('action')) {
+    if (list.some((a) => !/^[CRUDE]$/.test(a))) throw invalid('action', 'action must be C, R, U, D or E');
+    where.push(`action = ANY(${arg(list)}::text[])`);
+  }
+  for (const list of alternatives('outcome')) {
+    const codes = list.map((o) => o.slice(o.indexOf('|') + 1));
+    if (codes.some((c) => !/^(0|4|8|12)$/.test(c))) throw invalid('outcome', 'outcome must be 0, 4, 8 or 12');
+    where.push(`outcome = ANY(${arg(codes)}::text[])`);
+  }
+  for (const text of values(params, 'date')) {
+    const m = DATE.exec(text);
+    if (!m)
+      throw invalid(
+        'date',
+        `date=${text} must be a FHIR date or instant with an optional ge/gt/le/lt/eq prefix`,
+      );
+    const { start, end } = rangeOf(m[2]!);
+    switch (m[1] ?? 'eq') {
+      case 'ge':
+        where.push(`recorded >= ${arg(start.toISOString())}`);
+        break;
+      case 'gt':
+        where.push(`recorded >= ${arg(end.toISOString())}`);
+        break;
+      case 'le':
+        where.push(`recorded < ${arg(end.toISOString())}`);
+        break;
+      case 'lt':
+        where.push(`recorded < ${arg(start.toISOString())}`);
+        break;
+      default:
+        where.push(`recorded >= ${arg(start.toISOString())} AND recorded < ${arg(end.toISOString())}`);
+    }
+  }
+  const countText = values(params, '_count')[0];
+  const count = countText === undefined ? DEFAULT_AUDIT_COUNT : Number(countText);
+  if (!Number.isInteger(count) || count < 0) throw invalid('_count', '_count must be a non-negative integer');
+  const size = Math.min(count, MAX_AUDIT_COUNT);
+  const filter = where.join(' AND ');
+  const filterArgs = [...args];
+  const cursorText = values(params, '_cursor')[0];
+  const page = cursorText ? `AND seq < ${arg(decodeCursor(cursorText).seq)}::bigint` : '';
+  const rows = await sql.query<{ seq: string; content: Record<string, unknown> }>(
+    `SELECT seq::text AS seq, content FROM rm_audit_events WHERE ${filter} ${page}
+      ORDER BY seq DESC LIMIT ${arg(size + 1)}`,
+    args,
+  );
+  const [counted] = await sql.query<{ n: string }>(
+    `SELECT count(*)::text AS n FROM rm_audit_events WHERE ${filter}`,
+    filterArgs,
+  );
+  const shown = rows.slice(0, size);
+  const last = shown.at(-1);
+  return {
+    auditEvents: shown.map((r) => r.content),
+    total: Number(counted?.n ?? 0),
+    count: size,
+    next: rows.length > size && last ? { seq: last.seq } : undefined,
+  };
+};
+
+/**
+ * One AuditEvent of the tenant by id.
+ * @throws {DomainError} 403 as {@link searchAuditEvents}; 404 unknown or another tenant's.
+ */
+export const readAuditEvent = async (
+  sql: Sql,
+  principal: Principal,
+  id: string,
+): Promise<Record<string, unknown>> => {
+  authorizeAudit(principal, 'r');
+  const rows = /^[0-9a-f-]{36}$/.test(id)
+    ? await sql.query<{ content: Record<string, unknown> }>(
+        `SELECT content FROM rm_audit_events WHERE id = $1::uuid AND tenant_id = $2`,
+        [id, principal.tenantId],
+      )
+    : [];
+  if (!rows[0])
+    throw new DomainError('not_found', 'ResourceNotFound', `AuditEvent/${id} is not known`, undefined, {
+      issueCode: 'not-found',
+    });
+  return rows[0].content;
+};
