@@ -25,8 +25,16 @@ import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { createHttpApp } from '../http/app.js';
 import { signLaunch } from '../integration/launch-signature.js';
+import { replayUntil } from '../projections/investigation.js';
+import { patientEvents } from '../queries/patient-events.js';
 
 const print = (value: unknown) => console.log(JSON.stringify(value, null, 2));
+
+/** Parses an ISO 8601 instant given for `name`. @throws {Error} when it is not one. */
+const instant = (name: string) => (value: string) => {
+  if (Number.isNaN(Date.parse(value))) throw new Error(`${name} must be an ISO 8601 instant, not ${value}`);
+  return new Date(value).toISOString();
+};
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
@@ -267,20 +275,44 @@ program
 
 program
   .command('replay')
-  .description('drop every read model and rebuild it from the event log')
-  .action(() =>
+  .description(
+    'drop every read model and rebuild it from the event log; with --until, build the read models as they stood then into a separate schema instead',
+  )
+  .option('--until <instant|position>', 'an ISO 8601 instant, or a position (commit/prepare) of the log')
+  .option('--into <schema>', 'the schema --until builds into (default replay_<time of the run>)')
+  .action((o: { until?: string; into?: string }) =>
     withCasebook(
       async (casebook) => {
+        // The progress bar on stderr: stdout carries the JSON result.
         const bar = new cliProgress.SingleBar(
-          { format: 'replay [{bar}] {value} events | {eta_formatted} left', etaBuffer: 50 },
+          {
+            format: 'replay [{bar}] {value} events | {eta_formatted} left',
+            etaBuffer: 50,
+            stream: process.stderr,
+          },
           cliProgress.Presets.shades_classic,
         );
         const total = await countEvents(casebook);
-        bar.start(total ?? 0, 0);
-        const applied = await casebook.runner.rebuild((n) => {
+        const progress = (n: number) => {
           if (total === undefined || n > total) bar.setTotal(n);
           bar.update(n);
-        });
+        };
+        if (o.until !== undefined) {
+          const until = /^\d+\/\d+$/.test(o.until) ? parsePosition(o.until) : instant('--until')(o.until);
+          const schema = o.into ?? `replay_${new Date().toISOString().replace(/\D/g, '').slice(0, 14)}`;
+          bar.start(total ?? 0, 0);
+          const applied = await replayUntil(
+            casebook,
+            schema,
+            typeof until === 'string' ? new Date(until) : until,
+            progress,
+          );
+          bar.stop();
+          print({ schema, until: typeof until === 'string' ? until : positionToString(until), applied });
+          return;
+        }
+        bar.start(total ?? 0, 0);
+        const applied = await casebook.runner.rebuild(progress);
         bar.stop();
         const states = await casebook.runner.states();
         const stopped = states.filter((s) => s.status === 'stopped');
@@ -447,6 +479,46 @@ program
           for (const e of page) if (keep(e)) console.log(JSON.stringify(eventJson(e)));
           from = page.at(-1)!.position;
         }
+      },
+      { project: false },
+    ),
+  );
+
+program
+  .command('audit')
+  .description('the audit trail (docs/architecture.md "Audit trail")')
+  .command('export')
+  .description(
+    'print, as JSON lines in log order, every event that touched a patient (its resources, sessions, launches, exports) and every AuditEvent about it',
+  )
+  .requiredOption('--tenant <id>', 'data tenant id', (v) => Number.parseInt(v, 10))
+  .requiredOption('--patient <id>', 'Patient id', (v) => Number.parseInt(v, 10))
+  .option('--since <instant>', 'only events recorded at or after this instant', instant('--since'))
+  .option('--until <instant>', 'only events recorded at or before this instant', instant('--until'))
+  .action((o: { tenant: number; patient: number; since?: string; until?: string }) =>
+    withCasebook(
+      async (casebook) => {
+        if (!Number.isInteger(o.tenant) || !Number.isInteger(o.patient))
+          throw new Error('--tenant and --patient must be integers');
+        // The progress bar only on a terminal: the JSON lines on stdout stay clean for a file or a pipe.
+        const bar = process.stderr.isTTY
+          ? new cliProgress.SingleBar(
+              { format: 'audit export [{bar}] {value}/{total} events read', stream: process.stderr },
+              cliProgress.Presets.shades_classic,
+            )
+          : undefined;
+        bar?.start((await countEvents(casebook)) ?? 0, 0);
+        let written = 0;
+        for await (const event of patientEvents(casebook.store, o.tenant, o.patient, {
+          ...(o.since ? { since: o.since } : {}),
+          ...(o.until ? { until: o.until } : {}),
+          onProgress: (read) => bar?.update(read),
+        })) {
+          process.stdout.write(`${JSON.stringify(eventJson(event))}\n`);
+          written++;
+        }
+        bar?.stop();
+        if (process.stderr.isTTY) console.error(`${written} events of Patient/${o.patient}`);
       },
       { project: false },
     ),

@@ -71,7 +71,10 @@ class PgClientSql implements Sql {
 export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;
   readonly pool: pg.Pool;
-  constructor(connectionString: string, options: { searchPath?: string; max?: number } = {}) {
+  constructor(
+    private readonly connectionString: string,
+    options: { searchPath?: string; max?: number } = {},
+  ) {
     this.pool = new pg.Pool({
       connectionString,
       max: options.max ?? 10,
@@ -111,6 +114,10 @@ export class PostgresSql implements Sql {
       await client.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
       client.release();
     };
+  }
+  /** A new pool on the same server whose connections use `searchPath` (comma-separated, no spaces). */
+  withSearchPath(searchPath: string, max = 2): PostgresSql {
+    return new PostgresSql(this.connectionString, { searchPath, max });
   }
   async close(): Promise<void> {
     await this.pool.end();

@@ -669,6 +669,42 @@ export class ProjectionRunner {
     return this.catchUp(onProgress);
   }
 
+  /**
+   * Builds every projection from the log up to a point in time, into this runner's database (an
+   * investigation schema; `casebook replay --until`): events recorded after `until` (an instant),
+   * or after it in `$all` (a position), are left out. Runs in this process, once; the read models
+   * are then as they stood at that point.
+   * @returns the number of events applied.
+   */
+  async buildUntil(
+    until: Date | Position,
+    onProgress?: (read: number, position: Position) => void,
+  ): Promise<number> {
+    await this.migrate();
+    const instant = until instanceof Date ? until.getTime() : undefined;
+    const keep = (event: RecordedEvent): 'apply' | 'skip' | 'stop' => {
+      if (instant !== undefined) return Date.parse(event.metadata.recordedAt) <= instant ? 'apply' : 'skip';
+      return comparePositions(event.position, until as Position) <= 0 ? 'apply' : 'stop';
+    };
+    const checkpoints = new Map(this.projections.map((p) => [p.name, undefined as Position | undefined]));
+    let from: Position | undefined;
+    let read = 0;
+    let applied = 0;
+    for (;;) {
+      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      if (page.length === 0) break;
+      const stop = page.findIndex((e) => keep(e) === 'stop');
+      const kept = (stop < 0 ? page : page.slice(0, stop)).filter((e) => keep(e) === 'apply');
+      if (kept.length > 0) await this.applyCatchUp(kept, checkpoints, this.sql);
+      applied += kept.length;
+      read += stop < 0 ? page.length : stop;
+      from = page.at(-1)!.position;
+      onProgress?.(read, from);
+      if (stop >= 0) break;
+    }
+    return applied;
+  }
+
   /** Starts the background work: building projections (inline) or following the log (async). */
   start(): void {
     if (this.loop) return;

@@ -14,3 +14,21 @@ export const launchUrlOf = (app: TestApp, params: Record<string, string>): strin
   const query = secret ? signLaunch(params, secret, app.casebook.clock()) : new URLSearchParams(params);
   return `${app.baseUrl}/launch?${query.toString()}`;
 };
+
+/**
+ * Launches as a browser would: the signed launch link, the handover, the app's launch URL.
+ * @returns the Task the launch opened and the session cookie.
+ */
+export const launchThrough = async (
+  app: TestApp,
+  params: Record<string, string>,
+): Promise<{ taskId: number; cookie: string }> => {
+  const local = (url: string) => url.replace('//localhost:', '//127.0.0.1:');
+  const launch = await fetch(launchUrlOf(app, params), { redirect: 'manual' });
+  if (launch.status !== 303) throw new Error(`launch answered ${launch.status}: ${await launch.text()}`);
+  const handover = new URL(launch.headers.get('location')!);
+  const taskId = Number(/task=Task\/(\d+)/.exec(decodeURIComponent(handover.searchParams.get('next')!))![1]);
+  const handed = await fetch(local(handover.href), { redirect: 'manual' });
+  const cookie = /auth_session=[^;]+/.exec(handed.headers.get('set-cookie') ?? '')![0];
+  return { taskId, cookie };
+};

@@ -1,0 +1,65 @@
+/**
+ * Read models as they stood at a point in time (issue 14; `casebook replay --until`): every
+ * projection built from the log up to an instant or a position, into a separate schema of the same
+ * database, for an investigation. The live read models are not touched.
+ */
+import pino from 'pino';
+import type { Casebook } from '../casebook.js';
+import { PostgresSql, type Sql } from '../db/sql.js';
+import type { Position } from '../eventstore/port.js';
+import { allProjections } from './index.js';
+import { ProjectionRunner } from './runner.js';
+
+const SCHEMA = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/**
+ * Builds the read models of `casebook`'s log up to `until` into `schema` (created; it must not
+ * hold read models already).
+ * @returns the number of events applied.
+ * @throws {Error} for a schema name that is not a plain lower-case identifier, or one in use.
+ */
+export const replayUntil = async (
+  casebook: Casebook,
+  schema: string,
+  until: Date | Position,
+  onProgress?: (read: number, position: Position) => void,
+): Promise<number> => {
+  if (!SCHEMA.test(schema))
+    throw new Error(`--into must be a lower-case identifier, not ${JSON.stringify(schema)}`);
+  const { sql } = casebook;
+  const [{ current }] = (await sql.query<{ current: string }>(`SELECT current_schema() AS current`)) as [
+    { current: string },
+  ];
+  if (schema === current) throw new Error(`--into must name another schema than the live one (${current})`);
+  const [taken] = await sql.query(
+    `SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'projection_state'`,
+    [schema],
+  );
+  if (taken) throw new Error(`schema ${schema} already holds read models: choose another with --into`);
+  await sql.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+  // Reads of the log resolve to the live schema (the target has no es_ tables); read-model tables
+  // are created and written in the target, the first schema of the path.
+  const path = `${schema},${current}`;
+  let target: Sql;
+  let restore: (() => Promise<void>) | undefined;
+  if (sql instanceof PostgresSql) {
+    target = sql.withSearchPath(path);
+  } else {
+    // PGlite has one connection (and the CLI owns it): move its path for the run, then back.
+    const [{ search_path: previous }] = (await sql.query<{ search_path: string }>(`SHOW search_path`)) as [
+      { search_path: string },
+    ];
+    await sql.exec(`SET search_path TO ${path}`);
+    target = sql;
+    restore = () => sql.exec(`SET search_path TO ${previous}`);
+  }
+  try {
+    const runner = new ProjectionRunner(casebook.store, target, allProjections, pino({ level: 'silent' }), {
+      mode: 'async',
+    });
+    return await runner.buildUntil(until, onProgress);
+  } finally {
+    await restore?.();
+    if (target !== sql) await target.close();
+  }
+};
