@@ -61,6 +61,8 @@ const defaultEntities = (ctx: Context): AuditEntity[] => {
   if (!params?.type || !params.id || !/^[A-Z][A-Za-z]+$/.test(params.type) || !/^\d{1,10}$/.test(params.id))
     return [];
   const id = Number(params.id);
+  // Ids are 32-bit (docs/interface.md §2.1): a larger number names nothing casebook holds.
+  if (id > 2_147_483_647) return [];
   return [{ reference: `${params.type}/${id}`, ...(params.type === 'Patient' ? { patientId: id } : {}) }];
 };
 

@@ -34,7 +34,7 @@ export const auditIndex = (event: AuditEventResource) => {
     ...new Set(
       patientRefs.flatMap((r) => {
         const m = typeof r === 'string' ? /^Patient\/(\d{1,10})$/.exec(r) : null;
-        return m ? [Number(m[1])] : [];
+        return m && Number(m[1]) <= 2_147_483_647 ? [Number(m[1])] : [];
       }),
     ),
   ];
@@ -67,6 +67,8 @@ export const auditEventsProjection: Projection = {
     CREATE INDEX IF NOT EXISTS rm_audit_events_entities ON rm_audit_events USING gin (entities);
     CREATE INDEX IF NOT EXISTS rm_audit_events_agents ON rm_audit_events USING gin (agents);`),
   handles: (type) => type === AUDIT_EVENT_RECORDED,
+  // The AuditEvent is in the log either way: a stopped search view must not stop the service.
+  refuseWritesWhenStopped: false,
   apply: async (events, tx) => {
     const rows = events.map((e) => {
       const auditEvent = (e.data as { auditEvent: AuditEventResource }).auditEvent;

@@ -23,6 +23,12 @@ export interface Projection {
   /** Whether events of this type change the read model (the others are never passed to `apply`). */
   readonly handles: (eventType: string) => boolean;
   /**
+   * While this projection is stopped, refuse appends it would have to apply (default true), so a
+   * write never answers 2xx and then stays invisible. False for a view whose events must be
+   * written whatever (the audit trail: the record is what matters, its search view catches up).
+   */
+  readonly refuseWritesWhenStopped?: boolean;
+  /**
    * Applies `events` (all of a type it handles, in `$all` order).
    * @throws on bad data or a failing statement; the runner then stops this projection only.
    */

@@ -329,6 +329,7 @@ export class ProjectionRunner {
           if (relevant.length === 0) continue;
           const status = statuses.get(projection.name) ?? 'live';
           if (status === 'building') continue;
+          if (status === 'stopped' && projection.refuseWritesWhenStopped === false) continue;
           if (status === 'stopped')
             throw new ReadModelUnavailable(
               projection.name,
@@ -369,7 +370,7 @@ export class ProjectionRunner {
         await tx.exec('ROLLBACK TO SAVEPOINT casebook_projection');
         const failure = failureOf(event, error, this.clock());
         await this.markStopped(tx, projection.name, failure, undefined);
-        this.stoppedBy.set(event.id, projection.name);
+        if (projection.refuseWritesWhenStopped !== false) this.stoppedBy.set(event.id, projection.name);
         if (this.stoppedBy.size > 1000) this.stoppedBy.delete(this.stoppedBy.keys().next().value!);
         this.logger.error({ projection: projection.name, ...failure }, 'projection stopped on an event');
         return;

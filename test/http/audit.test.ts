@@ -228,13 +228,29 @@ for (const database of testDatabases) {
 
     it('answers 503 and no data when the AuditEvent cannot be written', async () => {
       const patient = await newPatient();
-      await app.casebook.sql.query(
-        `UPDATE projection_state SET status = 'stopped' WHERE name = 'audit-events'`,
-      );
+      // A read model this process does not know runs live (a newer version): the store refuses
+      // every append, the audit record included.
+      await app.casebook.sql.query(`INSERT INTO projection_state (name, status) VALUES ('audit-v9', 'live')`);
       try {
         const res = await fhir(app, 'GET', `/Patient/${patient.id}`);
         expect(res.status).to.equal(503);
         expect(JSON.stringify(res.body)).to.not.include(patient.value);
+      } finally {
+        await app.casebook.sql.query(`DELETE FROM projection_state WHERE name = 'audit-v9'`);
+      }
+    });
+
+    it('keeps answering, and recording AuditEvents in the log, while the AuditEvent search view is stopped', async () => {
+      const patient = await newPatient();
+      await app.casebook.sql.query(
+        `UPDATE projection_state SET status = 'stopped' WHERE name = 'audit-events'`,
+      );
+      try {
+        const before = (await app.allEvents({ audit: true })).length;
+        const res = await fhir(app, 'GET', `/Patient/${patient.id}`);
+        expect(res.status).to.equal(200);
+        expect(await auditEventsSince(before)).to.have.length(1);
+        expect((await fetch(`${app.baseUrl}/readyz`)).status).to.equal(503);
       } finally {
         await app.casebook.sql.query(
           `UPDATE projection_state SET status = 'live' WHERE name = 'audit-events'`,

@@ -407,6 +407,7 @@ const TABLE_KEYS: Readonly<Record<string, readonly string[]>> = {
   rm_resources: ['resource_type', 'id'],
   rm_resource_identifiers: ['resource_type', 'tenant_id', 'system', 'value', 'id'],
   rm_export_outbox: ['response_id', 'version_id'],
+  rm_audit_events: ['id'],
 };
 
 type Row = Record<string, unknown>;
@@ -615,6 +616,8 @@ const expectedRows = (log: Log): Record<string, Row[]> => {
     ],
     // The log holds no completed QuestionnaireResponse: nothing to export.
     rm_export_outbox: [],
+    // No request was made: nothing audited.
+    rm_audit_events: [],
   };
 };
 

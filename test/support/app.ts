@@ -11,6 +11,7 @@ import { applySeed, type Seed } from '../../src/commands/seed.js';
 import { loadConfig } from '../../src/config.js';
 import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
+import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { createHttpApp } from '../../src/http/app.js';
 import type { TestDatabase } from './databases.js';
 
@@ -64,7 +65,14 @@ export const startTestApp = async (
       const events: RecordedEvent[] = [];
       let from: RecordedEvent['position'] | undefined;
       for (;;) {
-        const page = await casebook.store.readAll({ ...(from ? { from } : {}), maxCount: 1000 });
+        // Every committed event, without $all's snapshot-xmin horizon: the test's own writes are
+        // all acknowledged, and another process's long transaction on the same server (another
+        // test run) must not hide them.
+        const page = await SqlEventStore.readAllOn(
+          casebook.sql,
+          { ...(from ? { from } : {}), maxCount: 1000 },
+          false,
+        );
         if (page.length === 0) return events;
         events.push(...(options.audit ? page : page.filter((e) => e.type !== AUDIT_EVENT_RECORDED)));
         from = page.at(-1)!.position;
