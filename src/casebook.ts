@@ -18,6 +18,7 @@ import { openSink } from './integration/export/sinks.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { allProjections } from './projections/index.js';
 import { ProjectionRunner, ReadModelUnavailable } from './projections/runner.js';
+import { ApiClientDirectory } from './queries/api-clients.js';
 
 export interface Casebook {
   readonly config: Config;
@@ -28,6 +29,8 @@ export interface Casebook {
   readonly metrics: Metrics;
   /** The audit trail's writer (group commit). */
   readonly audit: AuditTrail;
+  /** API clients as requests authenticate them (cached briefly, dropped on a change). */
+  readonly clients: ApiClientDirectory;
   /** The report exporter, when EXPORT_SINK is set and this process runs it. */
   readonly exporter: Exporter | undefined;
   /** The clock every command reads its `now` from (tests move it). */
@@ -138,6 +141,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   let exporter: Exporter | undefined;
   const metrics = createMetrics();
   let audit: AuditTrail | undefined;
+  const clients = new ApiClientDirectory(sql);
   const casebook: Casebook = {
     config,
     sql,
@@ -145,6 +149,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     runner,
     logger,
     metrics,
+    clients,
     get audit() {
       audit ??= new AuditTrail(() =>
         casebook.context({ tenantId: null, actor: { type: 'system', id: 'audit' } }),
@@ -168,6 +173,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       afterAppend: async (position, events) => {
         metrics.appends.inc();
         metrics.appendedEvents.inc(events.length);
+        clients.noteAppended(events.map((e) => e.type));
         if (runner.mode === 'async' && !(await runner.waitFor(position)))
           logger.warn({ position: String(position.commit) }, 'read models did not reach a write within 5 s');
         const stopped = runner.stoppedByEvents(events.map((e) => e.id));

@@ -9,6 +9,8 @@ export type Row = Record<string, unknown>;
 
 export interface Sql {
   readonly kind: 'postgres' | 'pglite';
+  /** Whether this handle is inside a transaction (its statements commit with it). */
+  readonly inTransaction: boolean;
   /** Runs one parameterised statement ($1, $2 …) and returns its rows. */
   query<R extends Row = Row>(text: string, params?: readonly unknown[]): Promise<R[]>;
   /** Runs a script of several statements without parameters (migrations). */
@@ -37,7 +39,7 @@ class PgClientSql implements Sql {
   readonly kind = 'postgres' as const;
   constructor(
     private readonly client: pg.PoolClient,
-    private readonly inTransaction: boolean,
+    readonly inTransaction: boolean,
   ) {}
   async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
     const result = await (this.client as unknown as Queryable).query(text, [...params]);
@@ -70,6 +72,7 @@ class PgClientSql implements Sql {
 /** node-postgres pool. `searchPath` isolates a schema (used by tests). */
 export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;
+  readonly inTransaction = false;
   readonly pool: pg.Pool;
   constructor(
     private readonly connectionString: string,
@@ -128,6 +131,7 @@ type PgliteTx = Parameters<Parameters<PGlite['transaction']>[0]>[0];
 
 class PgliteTxSql implements Sql {
   readonly kind = 'pglite' as const;
+  readonly inTransaction = true;
   constructor(private readonly tx: PgliteTx) {}
   async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
     const result = await this.tx.query<R>(text, [...params]);
@@ -154,6 +158,7 @@ class PgliteTxSql implements Sql {
  */
 export class PgliteSql implements Sql {
   readonly kind = 'pglite' as const;
+  readonly inTransaction = false;
   private constructor(readonly db: PGlite) {}
   static async open(dataDir?: string): Promise<PgliteSql> {
     const db = dataDir ? new PGlite(dataDir) : new PGlite();

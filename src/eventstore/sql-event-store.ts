@@ -75,7 +75,11 @@ CREATE TABLE IF NOT EXISTS projection_state (
   detail jsonb,
   updated_at timestamptz NOT NULL DEFAULT now()
 );
-CREATE OR REPLACE FUNCTION es_append(requests json) RETURNS json LANGUAGE plpgsql AS $fn$
+DROP FUNCTION IF EXISTS es_append(json);
+-- known: the projections the appending process maintains (NULL: no check). A projection that is
+-- live but not among them is run by a newer casebook version: the append is refused (CBP01).
+CREATE OR REPLACE FUNCTION es_append(requests json, known text[] DEFAULT NULL) RETURNS json LANGUAGE plpgsql AS $fn$
+-- casebook es_append v2
 DECLARE
   req json;
   stream text;
@@ -95,6 +99,13 @@ DECLARE
   last_position text;
 BEGIN
   PERFORM pg_advisory_xact_lock_shared(${APPEND_LOCK_KEY});
+  IF known IS NOT NULL THEN
+    SELECT p.name INTO stream FROM projection_state p
+     WHERE p.status = 'live' AND NOT (p.name = ANY (known)) LIMIT 1;
+    IF stream IS NOT NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'CBP01', MESSAGE = 'unknown live projection', DETAIL = stream;
+    END IF;
+  END IF;
   INSERT INTO es_streams (stream_name, revision)
     SELECT DISTINCT r->>'stream', -1 FROM json_array_elements(requests) r ORDER BY 1
     ON CONFLICT DO NOTHING;
@@ -325,6 +336,15 @@ export class AppendHookFailure extends Error {
  */
 export interface AppendHook {
   /**
+   * Whether the hook has anything to do for events of these types. When not, an append outside a
+   * caller's transaction is one autocommit statement (no BEGIN/COMMIT round trips).
+   */
+  needed(types: ReadonlySet<string>): boolean;
+  /** The projections this process maintains: an append is refused while another is live. */
+  readonly known: readonly string[];
+  /** The error an append refused because projection `name` is live but not {@link known} throws. */
+  unknownProjection(name: string): Error;
+  /**
    * @param events the events this append wrote, in `$all` order (none for a replayed append).
    * @param projections the status of every projection in `projection_state`, read under the append lock.
    * @param failures keys of earlier attempts' {@link AppendHookFailure}s, with their detail.
@@ -376,7 +396,7 @@ export class SqlEventStore implements EventStore {
           AND to_regclass('projection_state') IS NOT NULL
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook-append%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append v2%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -593,12 +613,32 @@ export class SqlEventStore implements EventStore {
       })),
     );
     const failures = new Map<string, unknown>();
+    const hook = this.hook;
+    const known = hook ? [...hook.known] : null;
+    // One autocommit statement when no inline projection has work to do (the audit trail's
+    // appends): es_append is atomic on its own.
+    const alone =
+      !this.sql.inTransaction &&
+      (hook === undefined || !hook.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type)))));
     for (let attempt = 1; ; attempt++) {
       try {
+        if (alone) {
+          const [row] = await this.sql.query<{ reply: AppendReply | string }>(
+            'SELECT es_append($1::json, $2::text[]) AS reply',
+            [payload, known],
+          );
+          const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
+          const outcome = toOutcome(requests, reply);
+          if (outcome.recorded.length > 0) {
+            this.wake();
+            this.notifyOthers();
+          }
+          return outcome;
+        }
         const outcome = await this.sql.transaction(async (tx) => {
           const [row] = await tx.query<{ reply: AppendReply | string }>(
-            'SELECT es_append($1::json) AS reply',
-            [payload],
+            'SELECT es_append($1::json, $2::text[]) AS reply',
+            [payload, known],
           );
           const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
           const outcome = toOutcome(requests, reply);
@@ -623,6 +663,8 @@ export class SqlEventStore implements EventStore {
           const firstId = requests.find((r) => r.events.length > 0)?.events[0]?.id ?? 'unknown';
           throw new EventIdConflict(conflictingIdFromError(error) ?? firstId);
         }
+        const { code, detail } = pgError(error);
+        if (code === 'CBP01' && hook) throw hook.unknownProjection(String(detail));
         throw mapAppendError(error);
       }
     }

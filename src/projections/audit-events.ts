@@ -69,6 +69,7 @@ export const auditEventsProjection: Projection = {
   handles: (type) => type === AUDIT_EVENT_RECORDED,
   // The AuditEvent is in the log either way: a stopped search view must not stop the service.
   refuseWritesWhenStopped: false,
+  deferred: true,
   apply: async (events, tx) => {
     const rows = events.map((e) => {
       const auditEvent = (e.data as { auditEvent: AuditEventResource }).auditEvent;

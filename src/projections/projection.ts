@@ -29,6 +29,13 @@ export interface Projection {
    */
   readonly refuseWritesWhenStopped?: boolean;
   /**
+   * Applied after the append, not in its transaction (SQL stores): a follower applies the log to
+   * it in batches, from its checkpoint, moments later (docs/architecture.md "Projections"). For a
+   * view whose writes must stay cheap (the audit trail: one append per group commit, no read-model
+   * write in it); its readers wait for it ({@link ProjectionRunner.waitForDeferred}).
+   */
+  readonly deferred?: boolean;
+  /**
    * Applies `events` (all of a type it handles, in `$all` order).
    * @throws on bad data or a failing statement; the runner then stops this projection only.
    */

@@ -46,6 +46,8 @@ const CATCH_UP_PAGE = 5000;
 const IDLE_POLL_MS = 2000;
 /** How long a following runner waits for more events to batch with one that arrived, milliseconds. */
 const FOLLOW_BATCH_WAIT_MS = 5;
+/** Pause of the deferred follower between batches while nobody waits for it, milliseconds. */
+const DEFERRED_BATCH_INTERVAL_MS = 50;
 /** Longest error text kept in `projection_state.detail`. */
 const MAX_ERROR_LENGTH = 500;
 
@@ -208,6 +210,14 @@ export class ProjectionRunner {
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
   private readonly byName: ReadonlyMap<string, Projection>;
+  /** Inline mode: projections applied after the append by {@link followDeferred}. */
+  private readonly deferred: ReadonlySet<string>;
+  /** Deferred projections: the position each has applied (in this process's view). */
+  private readonly deferredAt = new Map<string, Position>();
+  /** Readers waiting for the deferred follower (it skips its pause while one waits). */
+  private deferredWaiters = 0;
+  private readonly deferredWake$ = new Subject<void>();
+  private deferredLoop: Promise<void> | undefined;
   private readonly clock: () => Date;
   private readonly pageSize: number;
 
@@ -220,6 +230,9 @@ export class ProjectionRunner {
   ) {
     this.mode = options.mode ?? (store.kind === 'kurrentdb' ? 'async' : 'inline');
     this.byName = new Map(projections.map((p) => [p.name, p]));
+    this.deferred = new Set(
+      this.mode === 'inline' ? projections.filter((p) => p.deferred === true).map((p) => p.name) : [],
+    );
     this.clock = options.clock ?? (() => new Date());
     this.pageSize = options.pageSize ?? CATCH_UP_PAGE;
     if (this.mode === 'inline') {
@@ -274,7 +287,7 @@ export class ProjectionRunner {
   async lag(states?: readonly ProjectionState[]): Promise<Map<string, number | undefined>> {
     const result = new Map<string, number | undefined>();
     for (const state of states ?? (await this.states())) {
-      if (this.mode === 'inline' && state.status === 'live') {
+      if (this.mode === 'inline' && state.status === 'live' && !this.deferred.has(state.name)) {
         result.set(state.name, 0);
         continue;
       }
@@ -314,17 +327,22 @@ export class ProjectionRunner {
    * one of its events; turns a poison failure into a stop of that projection only.
    */
   appendHook(): AppendHook {
+    const inline = this.projections.filter((p) => !this.deferred.has(p.name));
+    const unknown = (name: string) =>
+      new ReadModelUnavailable(
+        name,
+        false,
+        `read model ${name} is maintained by a newer casebook version; upgrade this process`,
+      );
     return {
+      known: this.projections.map((p) => p.name),
+      needed: (types) => inline.some((p) => [...types].some((type) => p.handles(type))),
+      unknownProjection: unknown,
       apply: async (tx, events, statuses, failures) => {
         if (events.length === 0) return;
         for (const [name, status] of statuses)
-          if (status === 'live' && !this.byName.has(name))
-            throw new ReadModelUnavailable(
-              name,
-              false,
-              `read model ${name} is maintained by a newer casebook version; upgrade this process`,
-            );
-        for (const projection of this.projections) {
+          if (status === 'live' && !this.byName.has(name)) throw unknown(name);
+        for (const projection of inline) {
           const relevant = events.filter((e) => projection.handles(e.type));
           if (relevant.length === 0) continue;
           const status = statuses.get(projection.name) ?? 'live';
@@ -667,7 +685,10 @@ export class ProjectionRunner {
       }
     });
     this.progress = undefined;
-    return this.catchUp(onProgress);
+    this.deferredAt.clear();
+    const read = await this.catchUp(onProgress);
+    await this.catchUpDeferred();
+    return read;
   }
 
   /**
@@ -706,11 +727,159 @@ export class ProjectionRunner {
     return applied;
   }
 
+  /**
+   * Inline mode: follows the log for the deferred projections, applying each batch in one
+   * transaction from their checkpoints (locked, so several processes never apply a batch twice),
+   * until `signal` aborts. A deferred projection that is not live (building, stopped) is left to
+   * the build loop or to a replay.
+   */
+  private async followDeferred(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      try {
+        const states = (await this.states()).filter((s) => this.deferred.has(s.name) && s.status === 'live');
+        if (states.length === 0) {
+          await sleep(IDLE_POLL_MS, signal);
+          continue;
+        }
+        let from: Position | undefined;
+        for (const state of states) {
+          if (state.checkpoint === undefined) {
+            from = undefined;
+            break;
+          }
+          if (from === undefined || comparePositions(state.checkpoint, from) < 0) from = state.checkpoint;
+        }
+        const inner = new AbortController();
+        const stop = () => inner.abort();
+        signal.addEventListener('abort', stop, { once: true });
+        try {
+          const events = this.store.subscribeToAll({ ...(from ? { from } : {}), signal: inner.signal });
+          for await (const batch of batches(events, this.pageSize, FOLLOW_BATCH_WAIT_MS)) {
+            if (!(await this.applyDeferred(batch))) {
+              this.deferredAt.clear();
+              break;
+            }
+            this.deferredWake$.next();
+            if (this.deferredWaiters === 0) await sleep(DEFERRED_BATCH_INTERVAL_MS, signal);
+          }
+        } finally {
+          signal.removeEventListener('abort', stop);
+          inner.abort();
+        }
+      } catch (error) {
+        if (signal.aborted) return;
+        this.logger.error({ err: error }, 'deferred projections failed; retrying');
+        await sleep(1000, signal);
+      }
+    }
+  }
+
+  /**
+   * Applies one batch of the log to the live deferred projections, in one transaction that locks
+   * their state rows: events at or before a checkpoint are skipped (another process applied them).
+   * @returns false when a deferred projection is no longer live (the follower starts over).
+   */
+  private async applyDeferred(batch: readonly RecordedEvent[]): Promise<boolean> {
+    if (batch.length === 0) return true;
+    const last = batch.at(-1)!.position;
+    return this.sql.transaction(async (tx) => {
+      const rows = await tx.query<{ name: string; status: string; checkpoint: string | null }>(
+        `SELECT name, status, checkpoint FROM projection_state WHERE name = ANY ($1::text[]) ORDER BY name FOR UPDATE`,
+        [[...this.deferred]],
+      );
+      if (rows.some((r) => r.status !== 'live') || rows.length === 0) return false;
+      const checkpoints = new Map<string, Position | undefined>();
+      for (const row of rows) {
+        const checkpoint = row.checkpoint ? parsePosition(row.checkpoint) : undefined;
+        if (checkpoint && comparePositions(checkpoint, last) >= 0) {
+          this.noteDeferred(row.name, checkpoint);
+          continue;
+        }
+        checkpoints.set(row.name, checkpoint);
+      }
+      const names = [...checkpoints.keys()];
+      if (names.length > 0) await this.applyCatchUp(batch, checkpoints, tx);
+      for (const name of checkpoints.keys()) this.noteDeferred(name, last);
+      // A projection that failed on the batch was stopped (and left `checkpoints`).
+      return names.every((name) => checkpoints.has(name));
+    });
+  }
+
+  private noteDeferred(name: string, position: Position): void {
+    const known = this.deferredAt.get(name);
+    if (!known || comparePositions(position, known) > 0) this.deferredAt.set(name, position);
+  }
+
+  /**
+   * Read-your-writes for a deferred projection (the AuditEvent search): waits until it has applied
+   * the head of the log as it is when called.
+   * @param timeoutMs bound of the wait, milliseconds.
+   * @returns `current` (read away), `stopped` (the projection is stopped or building: its view is
+   *   not complete) or `behind` (the bound passed first).
+   */
+  async waitForDeferred(name: string, timeoutMs = 5000): Promise<'current' | 'stopped' | 'behind'> {
+    if (!this.deferred.has(name)) return 'current';
+    const head = await this.store.headPosition();
+    const deadline = Date.now() + timeoutMs;
+    this.deferredWaiters++;
+    try {
+      for (;;) {
+        const reached = (p: Position | undefined) =>
+          head === undefined || (p !== undefined && comparePositions(p, head) >= 0);
+        if (reached(this.deferredAt.get(name))) return 'current';
+        const [row] = await this.sql.query<{ status: string; checkpoint: string | null }>(
+          `SELECT status, checkpoint FROM projection_state WHERE name = $1`,
+          [name],
+        );
+        if (!row || row.status !== 'live') return 'stopped';
+        if (row.checkpoint && reached(parsePosition(row.checkpoint))) return 'current';
+        const left = deadline - Date.now();
+        if (left <= 0) return 'behind';
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(done, Math.min(25, left));
+          const subscription = this.deferredWake$.subscribe(done);
+          function done() {
+            clearTimeout(timer);
+            subscription.unsubscribe();
+            resolve();
+          }
+        });
+      }
+    } finally {
+      this.deferredWaiters--;
+    }
+  }
+
+  /**
+   * Applies every event of the log to the deferred projections now (tests, `casebook replay`):
+   * one pass from their checkpoints to the head.
+   */
+  async catchUpDeferred(): Promise<void> {
+    if (this.deferred.size === 0) return;
+    for (;;) {
+      const states = (await this.states()).filter((s) => this.deferred.has(s.name) && s.status === 'live');
+      if (states.length === 0) return;
+      let from: Position | undefined;
+      for (const state of states) {
+        if (state.checkpoint === undefined) {
+          from = undefined;
+          break;
+        }
+        if (from === undefined || comparePositions(state.checkpoint, from) < 0) from = state.checkpoint;
+      }
+      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      if (page.length === 0) return;
+      if (!(await this.applyDeferred(page))) return;
+      this.deferredWake$.next();
+    }
+  }
+
   /** Starts the background work: building projections (inline) or following the log (async). */
   start(): void {
     if (this.loop) return;
     const abort = new AbortController();
     this.abort = abort;
+    if (this.deferred.size > 0) this.deferredLoop = this.followDeferred(abort.signal);
     this.loop = (async () => {
       while (!abort.signal.aborted) {
         try {
@@ -743,7 +912,9 @@ export class ProjectionRunner {
   async stop(): Promise<void> {
     this.abort?.abort();
     await this.loop;
+    await this.deferredLoop;
     this.loop = undefined;
+    this.deferredLoop = undefined;
   }
 
   /**

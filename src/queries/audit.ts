@@ -8,6 +8,7 @@ import type { Sql } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
 import { mayAtAll, type Principal } from '../fhir/access.js';
 import type { Permission } from '../fhir/scopes.js';
+import { ReadModelUnavailable } from '../projections/runner.js';
 
 /** `_count` when none is given, and its maximum. */
 export const DEFAULT_AUDIT_COUNT = 20;
@@ -104,16 +105,42 @@ const KNOWN = new Set([
 ]);
 
 /**
+ * Waits until the AuditEvent view (a deferred projection, docs/architecture.md "Audit trail") holds
+ * every AuditEvent recorded so far: `current`, or why not.
+ */
+export type AuditViewWait = () => Promise<'current' | 'stopped' | 'behind'>;
+
+const current = async (wait: AuditViewWait | undefined): Promise<void> => {
+  const state = await wait?.();
+  if (state === 'stopped')
+    throw new ReadModelUnavailable(
+      'audit-events',
+      false,
+      'the AuditEvent view is stopped or being rebuilt (see /readyz); the records are in the log',
+    );
+  if (state === 'behind')
+    throw new ReadModelUnavailable(
+      'audit-events',
+      false,
+      'the AuditEvent view has not caught up with the log within 5 s; retry',
+    );
+};
+
+/**
  * One page of the tenant's AuditEvents matching `params`, newest first.
+ * @param wait read-your-writes: the view is brought up to the log's head first.
  * @throws {DomainError} 403 for a caller without AuditEvent scopes or a session; 400 for unknown or
  *   malformed parameters.
+ * @throws {ReadModelUnavailable} the view is stopped, or behind the log after `wait`'s bound.
  */
 export const searchAuditEvents = async (
   sql: Sql,
   principal: Principal,
   params: Params,
+  wait?: AuditViewWait,
 ): Promise<AuditPage> => {
   authorizeAudit(principal, 's');
+  await current(wait);
   for (const name of Object.keys(params))
     if (!KNOWN.has(name))
       throw new DomainError(
@@ -197,13 +224,16 @@ export const searchAuditEvents = async (
 /**
  * One AuditEvent of the tenant by id.
  * @throws {DomainError} 403 as {@link searchAuditEvents}; 404 unknown or another tenant's.
+ * @throws {ReadModelUnavailable} the view is stopped, or behind the log after `wait`'s bound.
  */
 export const readAuditEvent = async (
   sql: Sql,
   principal: Principal,
   id: string,
+  wait?: AuditViewWait,
 ): Promise<Record<string, unknown>> => {
   authorizeAudit(principal, 'r');
+  await current(wait);
   const rows = /^[0-9a-f-]{36}$/.test(id)
     ? await sql.query<{ content: Record<string, unknown> }>(
         `SELECT content FROM rm_audit_events WHERE id = $1::uuid AND tenant_id = $2`,

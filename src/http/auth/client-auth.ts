@@ -13,8 +13,8 @@ import basicAuth from 'basic-auth';
 import type { Context } from 'koa';
 import { hashSecret, hashToken, randomToken, verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
-import type { Sql } from '../../db/sql.js';
 import { isFhirString } from '../../fhir/strings.js';
+import type { ApiClientDirectory } from '../../queries/api-clients.js';
 import { noteAgent } from '../audit.js';
 import { HttpError } from '../errors.js';
 
@@ -38,7 +38,10 @@ const unauthorized = (message: string) =>
  * Authenticates the request's API client.
  * @throws {HttpError} 401 with `WWW-Authenticate: Basic` when credentials are missing or wrong.
  */
-export const authenticateClient = async (ctx: Context, sql: Sql): Promise<ClientPrincipal> => {
+export const authenticateClient = async (
+  ctx: Context,
+  clients: ApiClientDirectory,
+): Promise<ClientPrincipal> => {
   const header = ctx.get('Authorization');
   if (!header) throw unauthorized('client credentials are required (HTTP Basic client_id:client_secret)');
   const credentials = basicAuth(ctx.req);
@@ -48,33 +51,24 @@ export const authenticateClient = async (ctx: Context, sql: Sql): Promise<Client
     );
   if (!isFhirString(credentials.name) || !isFhirString(credentials.pass))
     throw unauthorized('the client credentials contain control characters or lone surrogates');
-  const rows = await sql.query<{
-    client_id: string;
-    tenant_id: number;
-    secret_hash: string;
-    scopes: string[];
-    projects: string[];
-  }>(`SELECT client_id, tenant_id, secret_hash, scopes, projects FROM rm_api_clients WHERE client_id = $1`, [
-    credentials.name,
-  ]);
-  const row = rows[0];
+  const row = await clients.find(credentials.name);
   if (!row) {
     await verifySecret(credentials.pass, await dummySecretHash());
     throw unauthorized('unknown client or wrong secret');
   }
-  const key = `${row.client_id}:${hashToken(credentials.pass)}:${row.secret_hash}`;
+  const key = `${row.clientId}:${hashToken(credentials.pass)}:${row.secretHash}`;
   const cachedAt = verified.get(key);
   if (cachedAt === undefined || Date.now() - cachedAt > CACHE_TTL_MS) {
-    if (!(await verifySecret(credentials.pass, row.secret_hash)))
+    if (!(await verifySecret(credentials.pass, row.secretHash)))
       throw unauthorized('unknown client or wrong secret');
     if (verified.size >= CACHE_MAX) verified.clear();
     verified.set(key, Date.now());
   }
-  noteAgent(ctx, { kind: 'client', clientId: row.client_id }, Number(row.tenant_id));
+  noteAgent(ctx, { kind: 'client', clientId: row.clientId }, row.tenantId);
   return {
-    clientId: row.client_id,
-    tenantId: Number(row.tenant_id),
-    scopes: row.scopes,
-    projects: row.projects,
+    clientId: row.clientId,
+    tenantId: row.tenantId,
+    scopes: [...row.scopes],
+    projects: [...row.projects],
   };
 };

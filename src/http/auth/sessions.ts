@@ -90,7 +90,7 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   const requestId = (ctx: Context) => ctx.state.requestId as string;
 
   router.post('/sessions', async (ctx) => {
-    const client = await authenticateClient(ctx, casebook.sql);
+    const client = await authenticateClient(ctx, casebook.clients);
     if (!ctx.is('application/json'))
       throw new HttpError(
         415,
@@ -182,7 +182,7 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   });
 
   router.get('/sessions/:id', async (ctx) => {
-    const client = await authenticateClient(ctx, casebook.sql);
+    const client = await authenticateClient(ctx, casebook.clients);
     noteAudit(ctx, {
       interaction: 'session-read',
       entities: [{ reference: `Session/${sessionIdParam(ctx)}` }],
@@ -194,7 +194,7 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   });
 
   router.delete('/sessions/:id', async (ctx) => {
-    const client = await authenticateClient(ctx, casebook.sql);
+    const client = await authenticateClient(ctx, casebook.clients);
     const command = casebook.context({
       tenantId: client.tenantId,
       actor: { type: 'client', id: client.clientId },

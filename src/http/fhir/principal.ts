@@ -38,16 +38,13 @@ export const clientScopes = (scopes: readonly string[], projects: readonly strin
 
 /** A session's principal: its stored v2 scopes, patient compartment and user (docs/interface.md §5.3 rule 1). */
 export const sessionPrincipal = async (casebook: Casebook, session: SessionRow): Promise<Principal> => {
-  const rows = await casebook.sql.query<{ projects: string[] }>(
-    `SELECT projects FROM rm_api_clients WHERE client_id = $1`,
-    [session.clientId],
-  );
+  const client = await casebook.clients.find(session.clientId);
   return {
     kind: 'session',
     tenantId: session.tenantId,
     actor: { type: 'session', id: String(session.id) },
     scopes: parseScopeList(session.scopes).scopes,
-    projects: rows[0]?.projects ?? [],
+    projects: [...(client?.projects ?? [])],
     patientId: session.patientId,
     userRef: `Practitioner/${session.userId}`,
   };
@@ -69,7 +66,7 @@ export const clientPrincipal = (client: ClientPrincipal): Principal => ({
  * @throws {HttpError} 401 without credentials or with an invalid cookie; wrong client credentials.
  */
 export const resolvePrincipal = async (ctx: Context, casebook: Casebook): Promise<Principal> => {
-  if (ctx.get('Authorization')) return clientPrincipal(await authenticateClient(ctx, casebook.sql));
+  if (ctx.get('Authorization')) return clientPrincipal(await authenticateClient(ctx, casebook.clients));
   if (parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
     return sessionPrincipal(casebook, await sessionFromCookie(ctx, casebook));
   }

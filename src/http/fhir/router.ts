@@ -143,7 +143,9 @@ export const fhirRouter = (casebook: Casebook): Router => {
   router.get('/AuditEvent', async (ctx) => {
     const principal = await resolvePrincipal(ctx, casebook);
     const params = ctx.query as queries.SearchParams;
-    const page = await searchAuditEvents(casebook.sql, principal, params);
+    const page = await searchAuditEvents(casebook.sql, principal, params, () =>
+      casebook.runner.waitForDeferred('audit-events'),
+    );
     noteAudit(ctx, { interaction: 'search-type', action: 'R' });
     const link = (cursor?: string) => {
       const query = new URLSearchParams();
@@ -178,7 +180,9 @@ export const fhirRouter = (casebook: Casebook): Router => {
   });
   router.get('/AuditEvent/:id', async (ctx) => {
     const principal = await resolvePrincipal(ctx, casebook);
-    const resource = await readAuditEvent(casebook.sql, principal, ctx.params.id ?? '');
+    const resource = await readAuditEvent(casebook.sql, principal, ctx.params.id ?? '', () =>
+      casebook.runner.waitForDeferred('audit-events'),
+    );
     noteAudit(ctx, {
       interaction: 'read',
       action: 'R',

@@ -78,22 +78,14 @@ const launcherClient = async (casebook: Casebook): Promise<ClientPrincipal> => {
   const { clientId, clientSecret } = casebook.config.launcher;
   if (!clientId || !clientSecret)
     throw notConfigured('LAUNCHER_CLIENT_ID and LAUNCHER_CLIENT_SECRET are not set');
-  const [row] = await casebook.sql.query<{
-    client_id: string;
-    tenant_id: number;
-    secret_hash: string;
-    scopes: string[];
-    projects: string[];
-  }>(`SELECT client_id, tenant_id, secret_hash, scopes, projects FROM rm_api_clients WHERE client_id = $1`, [
-    clientId,
-  ]);
-  if (!row || !(await verifySecret(clientSecret, row.secret_hash)))
+  const row = await casebook.clients.find(clientId);
+  if (!row || !(await verifySecret(clientSecret, row.secretHash)))
     throw notConfigured('LAUNCHER_CLIENT_ID/LAUNCHER_CLIENT_SECRET do not match an API client');
   return {
-    clientId: row.client_id,
-    tenantId: Number(row.tenant_id),
-    scopes: row.scopes,
-    projects: row.projects,
+    clientId: row.clientId,
+    tenantId: row.tenantId,
+    scopes: [...row.scopes],
+    projects: [...row.projects],
   };
 };
 
