@@ -752,6 +752,7 @@ export class ProjectionRunner {
         const inner = new AbortController();
         const stop = () => inner.abort();
         signal.addEventListener('abort', stop, { once: true });
+        if (signal.aborted) inner.abort();
         try {
           const events = this.store.subscribeToAll({ ...(from ? { from } : {}), signal: inner.signal });
           for await (const batch of batches(events, this.pageSize, FOLLOW_BATCH_WAIT_MS)) {
