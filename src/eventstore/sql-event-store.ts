@@ -79,9 +79,10 @@ DROP FUNCTION IF EXISTS es_append(json);
 -- known: the projections the appending process maintains (NULL: no check). A projection that is
 -- live but not among them is run by a newer casebook version: the append is refused (CBP01).
 CREATE OR REPLACE FUNCTION es_append(requests json, known text[] DEFAULT NULL) RETURNS json LANGUAGE plpgsql AS $fn$
--- casebook es_append v2
+-- casebook es_append v3
 DECLARE
   req json;
+  ids uuid[];
   stream text;
   expected text;
   current_rev bigint;
@@ -110,9 +111,10 @@ BEGIN
     SELECT DISTINCT r->>'stream', -1 FROM json_array_elements(requests) r ORDER BY 1
     ON CONFLICT DO NOTHING;
   -- A fixed lock order (by name) keeps concurrent multi-stream appends deadlock-free.
+  -- Index lookups by array (= ANY), never a join the planner may turn into a scan of the table.
   FOR stream, current_rev IN
     SELECT s.stream_name, s.revision FROM es_streams s
-     WHERE s.stream_name IN (SELECT r->>'stream' FROM json_array_elements(requests) r)
+     WHERE s.stream_name = ANY (ARRAY(SELECT r->>'stream' FROM json_array_elements(requests) r))
      ORDER BY s.stream_name FOR UPDATE
   LOOP
     revisions := revisions || jsonb_build_object(stream, current_rev);
@@ -126,11 +128,12 @@ BEGIN
 
     IF event_count > 0 THEN
       -- Idempotency by event id: all ids stored consecutively on this stream is a replay.
-      SELECT count(*), count(DISTINCT e.revision - x.ordinality), coalesce(bool_and(e.stream_name = stream), true),
-             max(e.revision), (array_agg(e.event_id::text ORDER BY x.ordinality))[1]
+      ids := ARRAY(SELECT (x.value->>'id')::uuid FROM json_array_elements(req->'events') x);
+      SELECT count(*), count(DISTINCT e.revision - array_position(ids, e.event_id)),
+             coalesce(bool_and(e.stream_name = stream), true),
+             max(e.revision), (array_agg(e.event_id::text ORDER BY array_position(ids, e.event_id)))[1]
         INTO found, offsets, same_stream, last_rev, first_found
-        FROM json_array_elements(req->'events') WITH ORDINALITY x
-        JOIN es_events e ON e.event_id = (x.value->>'id')::uuid;
+        FROM es_events e WHERE e.event_id = ANY (ids);
       IF found > 0 THEN
         IF found = event_count AND offsets = 1 AND same_stream THEN
           SELECT e.transaction_id::text, e.position::text INTO last_commit, last_position
@@ -396,7 +399,7 @@ export class SqlEventStore implements EventStore {
           AND to_regclass('projection_state') IS NOT NULL
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append v2%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append v3%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
