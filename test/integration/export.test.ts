@@ -91,9 +91,10 @@ const httpReceiver = async () => {
   };
 };
 
-/** A real MLLP listener that ACKs every message (MSA|AA). */
+/** A real MLLP listener that ACKs every message with `state.code` (MSA|AA unless changed). */
 const mllpListener = async () => {
   const messages: string[] = [];
+  const state = { code: 'AA' };
   const server: TcpServer = createTcpServer((socket) => {
     let buffer = Buffer.alloc(0);
     socket.on('data', (chunk: Buffer) => {
@@ -106,7 +107,7 @@ const mllpListener = async () => {
         buffer = buffer.subarray(end + 2);
         messages.push(message);
         const controlId = message.split('\r')[0]!.split('|')[9];
-        const ack = `MSH|^~\\&|RECEIVER|HOSPITAL|CASEBOOK|CASEBOOK|20260301100000||ACK^R01^ACK|ack-1|P|2.5\rMSA|AA|${controlId}`;
+        const ack = `MSH|^~\\&|RECEIVER|HOSPITAL|CASEBOOK|CASEBOOK|20260301100000||ACK^R01^ACK|ack-1|P|2.5\rMSA|${state.code}|${controlId}`;
         socket.write(Buffer.concat([Buffer.from([0x0b]), Buffer.from(ack), Buffer.from([0x1c, 0x0d])]));
       }
     });
@@ -115,7 +116,7 @@ const mllpListener = async () => {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const port = (server.address() as AddressInfo).port;
-  return { url: `mllp://127.0.0.1:${port}`, messages, close: () => server.close() };
+  return { url: `mllp://127.0.0.1:${port}`, messages, state, close: () => server.close() };
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -417,6 +418,52 @@ for (const database of testDatabases) {
         expect(obx.map((f) => f[5]).join('\n')).to.include('a\\F\\b\\S\\c\\T\\d\\R\\e\\E\\f');
         const exported = (await exportEvents(app.casebook, s.responseId))[0]!;
         expect(exported.data).to.deep.include({ sink: listener.url, version: 2 });
+      });
+    });
+
+    describe('to an MLLP receiver whose ACK holds NUL and control characters', () => {
+      let app: TestApp;
+      let listener: Awaited<ReturnType<typeof mllpListener>>;
+
+      before(async () => {
+        listener = await mllpListener();
+        listener.state.code = 'A\u0000E\u0007\u001b[31m';
+        app = await startTestApp(database, {
+          env: { ...HOSPITAL_ENV, EXPORT_SINK: listener.url },
+        });
+        await seed(app);
+      });
+      after(async () => {
+        await app?.close();
+        listener?.close();
+      });
+
+      it('records the failure in readable form, keeps every read model going, and delivers once the receiver answers AA', async () => {
+        const s = await newResponse(app, 'completed');
+        await eventually(
+          async () =>
+            (await exportEvents(app.casebook, s.responseId)).some((e) => e.type === 'ReportExportFailed'),
+          'the refused export recorded',
+        );
+        const failed = (await exportEvents(app.casebook, s.responseId)).find(
+          (e) => e.type === 'ReportExportFailed',
+        )!;
+        expect((failed.data as { error: string }).error).to.equal(
+          'HL7 receiver answered A\\x00E\\x07\\x1b[31m',
+        );
+        // The service keeps answering, and new writes stay visible.
+        const later = await newResponse(app, 'in-progress');
+        const read = await fhir(app, 'GET', `/QuestionnaireResponse/${later.responseId}`);
+        expect(read.status).to.equal(200);
+        const ready = await fetch(`${app.baseUrl}/readyz`);
+        expect(ready.status, await ready.text()).to.equal(200);
+        listener.state.code = 'AA';
+        app.advance(10 * 60_000); // past the retry's backoff
+        await eventually(
+          async () =>
+            (await exportEvents(app.casebook, s.responseId)).some((e) => e.type === 'ReportExported'),
+          'the export delivered after AA',
+        );
       });
     });
 

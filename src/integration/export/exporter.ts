@@ -28,6 +28,7 @@ import { readResource, searchResources } from '../../projections/resources.js';
 import type { ProjectionRunner } from '../../projections/runner.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { deliveryError } from './sanitize.js';
 import type { HospitalIdentifier, Sink } from './sinks.js';
 
 const EXPORTER_LOCK_KEY = `hashtext('casebook-export:' || current_schema())`;
@@ -248,7 +249,8 @@ export class Exporter {
       this.deps.logger.info({ responseId: row.responseId, version: row.version, attempt }, 'report exported');
     } catch (error) {
       const now = this.now();
-      const message = (error instanceof Error ? error.message : String(error)).slice(0, 500);
+      // Outside text, sanitised: no control characters, no paths (the process log has the detail).
+      const message = deliveryError(error);
       const nextAttemptAt = new Date(
         now.getTime() + backoff(attempt, this.retryBaseMs, this.retryMaxMs),
       ).toISOString();
@@ -264,7 +266,14 @@ export class Exporter {
         },
       };
       this.deps.logger.warn(
-        { responseId: row.responseId, version: row.version, attempt, error: message, nextAttemptAt },
+        {
+          responseId: row.responseId,
+          version: row.version,
+          attempt,
+          error: message,
+          err: error,
+          nextAttemptAt,
+        },
         'report export failed',
       );
     }
