@@ -233,9 +233,12 @@ describe('launcher: export status text of the submitted page', () => {
     expect(
       exportStatusText({ state: 'delivered', attempts: 1, deliveredAt: '2026-03-01T10:00:00.000Z' }).detail,
     ).to.equal('The report was delivered to the hospital system at 2026-03-01T10:00:00.000Z.');
-    expect(exportStatusText({ state: 'failed', attempts: 3, lastError: 'ECONNREFUSED' }).detail).to.match(
-      /after 3 attempts\. Please contact IT support\.$/,
-    );
+    // A failed attempt is not the end (casebook retries): no "failed", no "contact IT" yet.
+    expect(exportStatusText({ state: 'failed', attempts: 3, lastError: 'ECONNREFUSED' })).to.deep.equal({
+      label: 'retrying',
+      detail:
+        'The report is saved in casebook and is still being sent to the hospital system (3 attempts so far); casebook keeps trying.',
+    });
     expect(exportStatusText({ state: 'disabled', attempts: 0 }).label).to.equal('disabled');
   });
 });

@@ -14,14 +14,16 @@ import { launch } from '../../commands/launch.js';
 import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
+import { definitionOf } from '../../fhir/resources.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
 import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
+import { read } from '../../queries/fhir.js';
 import { escapeHtml, layout } from '../app/layout.js';
 import { noteAgent, noteAudit } from '../audit.js';
-import { globalRedirectOrigins } from '../auth/sessions.js';
+import { globalRedirectOrigins, sessionFromCookie } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
-import { clientPrincipal } from '../fhir/principal.js';
+import { clientPrincipal, sessionPrincipal } from '../fhir/principal.js';
 
 /**
  * The export status of a QuestionnaireResponse (`exportStatus` of the export module); a failure to
@@ -57,9 +59,10 @@ export const exportStatusText = (status: ExportStatus | undefined): { label: str
         detail: `The report is being sent to the hospital system (${attempts} so far).`,
       };
     case 'failed':
+      // Not final: casebook retries (issue 15). Only an abandoned export is a failure to report.
       return {
-        label: 'failed',
-        detail: `The report could not be delivered to the hospital system after ${attempts}. Please contact IT support.`,
+        label: 'retrying',
+        detail: `The report is saved in casebook and is still being sent to the hospital system (${attempts} so far); casebook keeps trying.`,
       };
     case 'disabled':
       return { label: 'disabled', detail: 'Export to the hospital system is not configured.' };
@@ -200,9 +203,28 @@ export const launchRouter = (casebook: Casebook): Router => {
     ctx.status = 303;
   });
 
+  // Issue 15: the page tells whether a report reached the hospital: only the clinician's session
+  // (or another session of the tenant whose scopes cover the QuestionnaireResponse) may see it.
   router.get('/submitted', async (ctx) => {
     const responseId = reference(ctx, 'response', 'QuestionnaireResponse');
     const taskId = reference(ctx, 'task', 'Task');
+    const session = await sessionFromCookie(ctx, casebook);
+    const principal = await sessionPrincipal(casebook, session);
+    noteAudit(ctx, { interaction: 'report-status', action: 'R' });
+    try {
+      const row = await read(casebook.sql, principal, definitionOf('QuestionnaireResponse'), responseId);
+      noteAudit(ctx, {
+        entities: [{ reference: `QuestionnaireResponse/${responseId}`, patientId: row.patientId ?? null }],
+      });
+    } catch (error) {
+      if (error instanceof DomainError)
+        throw new HttpError(
+          404,
+          'ReportNotFound',
+          `QuestionnaireResponse/${responseId} is not a report this session may see`,
+        );
+      throw error;
+    }
     const status = await readExportStatus(casebook, responseId);
     ctx.status = 200;
     ctx.type = 'text/html; charset=utf-8';

@@ -238,6 +238,7 @@ export class Exporter {
     const attempt = row.attempts + 1;
     const key = `${row.responseId}-v${row.version}`;
     let event: { type: string; data: ReportExportedData | ReportExportFailedData };
+    this.deps.metrics?.exportAttempts.inc({ sink: this.sink.label });
     try {
       const report = await this.render(row);
       await this.sink.deliver(report);
@@ -247,10 +248,12 @@ export class Exporter {
         data: { responseId: row.responseId, version: row.version, sink: this.sink.label, attempt, at },
       };
       this.deps.logger.info({ responseId: row.responseId, version: row.version, attempt }, 'report exported');
+      this.deps.metrics?.exportDeliveries.inc({ outcome: 'delivered', sink: this.sink.label });
     } catch (error) {
       const now = this.now();
       // Outside text, sanitised: no control characters, no paths (the process log has the detail).
       const message = deliveryError(error);
+      this.deps.metrics?.exportDeliveries.inc({ outcome: 'failed', sink: this.sink.label });
       const nextAttemptAt = new Date(
         now.getTime() + backoff(attempt, this.retryBaseMs, this.retryMaxMs),
       ).toISOString();
