@@ -13,6 +13,7 @@ import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
+import { Sealer } from './eventstore/sealer.js';
 import { Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -31,6 +32,8 @@ export interface Casebook {
   readonly audit: AuditTrail;
   /** API clients as requests authenticate them (cached briefly, dropped on a change). */
   readonly clients: ApiClientDirectory;
+  /** The sealer of the tamper-evident log, when this process runs it (`serve` unless --no-seal). */
+  readonly sealer: Sealer | undefined;
   /** The report exporter, when EXPORT_SINK is set and this process runs it. */
   readonly exporter: Exporter | undefined;
   /** The clock every command reads its `now` from (tests move it). */
@@ -55,6 +58,8 @@ export interface OpenOptions {
    * background (default true). Live read models are applied by every append either way.
    */
   readonly project?: boolean;
+  /** Seal the log in the background in this process (docs/architecture.md "Tamper-evident log"; default false). */
+  readonly seal?: boolean;
   /** Run the report exporter in this process when EXPORT_SINK is set (default true). */
   readonly export?: boolean;
 }
@@ -139,6 +144,12 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     runner.start();
   }
   let exporter: Exporter | undefined;
+  let sealer: Sealer | undefined;
+  if (options.seal) {
+    sealer = new Sealer(store, sql, logger);
+    await sealer.migrate();
+    sealer.start();
+  }
   const metrics = createMetrics();
   let audit: AuditTrail | undefined;
   const clients = new ApiClientDirectory(sql);
@@ -156,6 +167,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       );
       return audit;
     },
+    sealer,
     get exporter() {
       return exporter;
     },
@@ -187,6 +199,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     }),
     close: async () => {
       await exporter?.stop();
+      await sealer?.stop();
       await audit?.drain();
       await runner.stop();
       await store.close();

@@ -23,6 +23,8 @@ import { createTenant, registerClient } from '../commands/tenants.js';
 import { loadConfig } from '../config.js';
 import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
+import { Sealer } from '../eventstore/sealer.js';
+import { logHead, parseHead, type VerifyResult, verifyAgainst, verifyLog } from '../eventstore/verify.js';
 import { createHttpApp } from '../http/app.js';
 import { signLaunch } from '../integration/launch-signature.js';
 import { replayUntil } from '../projections/investigation.js';
@@ -73,9 +75,17 @@ program
   .description('run the HTTP hosts (auth, app, FHIR, launch) and, unless --no-project, the projection runner')
   .option('--no-project', 'do not run the projection runner in this process')
   .option('--no-export', 'do not run the report exporter in this process')
-  .action(async (options: { project: boolean; export: boolean }) => {
+  .option(
+    '--no-seal',
+    'do not seal the event log in this process (docs/architecture.md "Tamper-evident log")',
+  )
+  .action(async (options: { project: boolean; export: boolean; seal: boolean }) => {
     const config = loadConfig();
-    const casebook = await openCasebook(config, { project: options.project, export: options.export });
+    const casebook = await openCasebook(config, {
+      project: options.project,
+      export: options.export,
+      seal: options.seal,
+    });
     if (config.seedFile) {
       const report = await applySeed(casebook, readSeed(config.seedFile));
       casebook.logger.info(
@@ -519,6 +529,59 @@ program
         }
         bar?.stop();
         if (process.stderr.isTTY) console.error(`${written} events of Patient/${o.patient}`);
+      },
+      { project: false },
+    ),
+  );
+
+program
+  .command('verify')
+  .description(
+    'walk the event log against its seals: exit 0 with the event count and head hash, or exit 1 naming the first altered, removed or inserted position',
+  )
+  .option('--seal', 'seal the log up to its head first (as a serving process would)')
+  .option(
+    '--head',
+    'print the head of the log (position, hash, events, time) as JSON, signed with CASEBOOK_SEAL_KEY when set',
+  )
+  .option(
+    '--against <head>',
+    'prove that the log still extends a head printed earlier (a file, or the JSON itself)',
+  )
+  .action((o: { seal?: boolean; head?: boolean; against?: string }) =>
+    withCasebook(
+      async (casebook) => {
+        const env = process.env;
+        if (o.head) {
+          const head = await logHead(casebook.store, casebook.clock(), env.CASEBOOK_SEAL_KEY || undefined);
+          console.log(JSON.stringify(head));
+          return;
+        }
+        const sealer = new Sealer(casebook.store, casebook.sql, casebook.logger);
+        await sealer.migrate();
+        if (o.seal) await sealer.sealAll();
+        let result: VerifyResult;
+        if (o.against !== undefined) {
+          const text = o.against.trim().startsWith('{') ? o.against : readFileSync(o.against, 'utf8');
+          const head = parseHead(text, env.CASEBOOK_SEAL_PUBLIC_KEY || undefined);
+          result = await verifyAgainst(casebook.store, head);
+          // Leaves and seals may still name the event when only the events were edited.
+          if (!result.ok) {
+            const walk = await verifyLog(casebook.store, casebook.sql);
+            if (!walk.ok) result = { ...result, problem: walk.problem! };
+          }
+        } else result = await verifyLog(casebook.store, casebook.sql);
+        if (!result.ok) {
+          const p = result.problem!;
+          console.error(`casebook verify: ${p.kind} at position ${p.position}: ${p.detail}`);
+          process.exitCode = 1;
+          return;
+        }
+        console.log(
+          o.against !== undefined
+            ? `verified: the log extends the head at ${result.headPosition} (${result.events} events, hash ${result.headHash})`
+            : `verified ${result.events} events (${result.sealed} sealed, ${result.unsealed} not yet sealed); head ${result.headPosition ?? 'none'} hash ${result.headHash}`,
+        );
       },
       { project: false },
     ),

@@ -1,0 +1,184 @@
+/**
+ * The tamper-evident log (issue 14; docs/architecture.md "Tamper-evident log") on both SQL stores:
+ * the sealer seals every event once, in order; `verifyLog` names the first event altered, removed
+ * or inserted behind casebook's back; `verifyAgainst` catches a rewrite whose leaves and seals
+ * were recomputed; heads are signed with Ed25519.
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import { expect } from 'chai';
+import pino from 'pino';
+import { v4 as uuid } from 'uuid';
+import type { Sql } from '../../src/db/sql.js';
+import { type NewEvent, positionToString, type RecordedEvent } from '../../src/eventstore/port.js';
+import { GENESIS_HASH } from '../../src/eventstore/seal.js';
+import { Sealer } from '../../src/eventstore/sealer.js';
+import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
+import { logHead, parseHead, verifyAgainst, verifyLog } from '../../src/eventstore/verify.js';
+import { type OpenedDatabase, testDatabases } from '../support/databases.js';
+
+const event = (n: number): NewEvent => ({
+  id: uuid(),
+  type: 'NoteRecorded',
+  data: { n, text: `note ${n}`, nested: { b: 1, a: [1, 2] } },
+  metadata: {
+    tenantId: 1,
+    actor: { type: 'client', id: 'ehr-backend' },
+    correlationId: uuid(),
+    causationId: null,
+    requestId: null,
+    recordedAt: new Date(Date.UTC(2026, 2, 1, 10, 0, n)).toISOString(),
+  },
+});
+
+/** Every committed event, past the xmin horizon another test run's transaction may hold back. */
+const everyEvent = (sql: Sql) => SqlEventStore.readAllOn(sql, { maxCount: 10_000 }, false);
+
+for (const database of testDatabases) {
+  describe(`tamper-evident log on ${database.name}`, function () {
+    this.timeout(60_000);
+    let opened: OpenedDatabase;
+    let store: SqlEventStore;
+    let sealer: Sealer;
+    let sealed: RecordedEvent[];
+
+    /** 30 events on 10 streams (3 appends each, one of them 2 events), all sealed. */
+    beforeEach(async () => {
+      opened = await database.open();
+      store = await SqlEventStore.open(opened.sql);
+      sealer = new Sealer(store, opened.sql, pino({ level: 'silent' }), { batch: 7 });
+      await sealer.migrate();
+      let n = 0;
+      for (let s = 0; s < 10; s++) {
+        const stream = `note-${s}`;
+        await store.append(stream, [event(n++)], 'no_stream');
+        await store.append(stream, [event(n++), event(n++)], 0n);
+      }
+      const all = await everyEvent(opened.sql);
+      expect(all).to.have.length(30);
+      // Seal until every event is in (the $all reader waits for earlier transactions to end).
+      for (let i = 0; i < 100; i++) {
+        await sealer.sealAll();
+        const result = await verifyLog(store, opened.sql);
+        if (result.sealed === 30) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      sealed = all;
+    });
+    afterEach(() => opened.dispose());
+
+    it('seals every event once, in batches, and an untouched log verifies', async () => {
+      const result = await verifyLog(store, opened.sql);
+      expect(result).to.deep.include({ ok: true, events: 30, sealed: 30, unsealed: 0 });
+      expect(result.headPosition).to.equal(positionToString(sealed.at(-1)!.position));
+      expect(result.headHash)
+        .to.match(/^[0-9a-f]{64}$/)
+        .and.not.equal(GENESIS_HASH);
+      const seals = await opened.sql.query<{ event_count: number }>(
+        `SELECT event_count FROM es_seals ORDER BY seq`,
+      );
+      expect(seals.map((s) => Number(s.event_count)).reduce((a, b) => a + b, 0)).to.equal(30);
+      expect(seals.length).to.be.greaterThanOrEqual(5); // batches of at most 7
+      // The head computed from the events alone is the sealed head.
+      const head = await logHead(store, new Date());
+      expect(head).to.deep.include({ hash: result.headHash, position: result.headPosition, events: 30 });
+      expect(await sealer.sealAll()).to.equal(0);
+      // Events after the last seal are reported, not an error.
+      await store.append('note-late', [event(99)], 'no_stream');
+      const later = await verifyLog(store, opened.sql);
+      expect(later.ok).to.equal(true);
+      expect(later.sealed).to.equal(30);
+    });
+
+    it('names the position of an event whose data was changed in the database', async () => {
+      const target = sealed[12]!;
+      await opened.sql.query(
+        `UPDATE es_events SET data = '{"n":12,"text":"rewritten","nested":{"b":1,"a":[1,2]}}'::json WHERE event_id = $1`,
+        [target.id],
+      );
+      const result = await verifyLog(store, opened.sql);
+      expect(result.ok).to.equal(false);
+      expect(result.problem).to.deep.include({
+        kind: 'altered',
+        position: positionToString(target.position),
+      });
+    });
+
+    it('names the position of an event deleted from the database', async () => {
+      const target = sealed[20]!;
+      await opened.sql.query(`DELETE FROM es_events WHERE event_id = $1`, [target.id]);
+      const result = await verifyLog(store, opened.sql);
+      expect(result.ok).to.equal(false);
+      expect(result.problem).to.deep.include({
+        kind: 'removed',
+        position: positionToString(target.position),
+      });
+    });
+
+    it('names the position of an event inserted into a sealed range', async () => {
+      const before = sealed[5]!;
+      const forged = uuid();
+      // Same transaction id as a sealed event, a position after it: it sorts inside the sealed range.
+      await opened.sql.query(
+        `INSERT INTO es_events (transaction_id, position, event_id, stream_name, revision, type, data, metadata)
+         VALUES ($1::xid8, 900000000000, $2::uuid, 'note-forged', 0, 'NoteRecorded', '{"n":-1}'::json, $3::jsonb)`,
+        [String(before.position.commit), forged, JSON.stringify(before.metadata)],
+      );
+      const result = await verifyLog(store, opened.sql);
+      expect(result.ok).to.equal(false);
+      expect(result.problem).to.deep.include({
+        kind: 'inserted',
+        position: `${before.position.commit}/900000000000`,
+      });
+    });
+
+    it('catches, against an earlier head, a change whose leaves and seals were recomputed', async () => {
+      const head = await logHead(store, new Date());
+      expect((await verifyAgainst(store, head)).ok).to.equal(true);
+      const target = sealed[3]!;
+      await opened.sql.query(
+        `UPDATE es_events SET metadata = jsonb_set(metadata, '{actor,id}', '"mallory"') WHERE event_id = $1`,
+        [target.id],
+      );
+      // The intruder recomputes every leaf and seal: the walk against the seals passes…
+      await opened.sql.exec(`DELETE FROM es_seal_leaves; DELETE FROM es_seals;`);
+      expect(await sealer.sealAll()).to.equal(30);
+      expect((await verifyLog(store, opened.sql)).ok).to.equal(true);
+      // …but the log no longer extends the head kept outside casebook.
+      const result = await verifyAgainst(store, head);
+      expect(result.ok).to.equal(false);
+      expect(result.problem).to.deep.include({ kind: 'head', position: head.position });
+    });
+
+    it('signs a head with Ed25519 and refuses one that was altered', async () => {
+      const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+      const pem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+      const pub = publicKey.export({ type: 'spki', format: 'pem' }).toString();
+      const head = await logHead(store, new Date('2026-03-02T00:00:00Z'), pem);
+      expect(head.signature).to.be.a('string');
+      expect(parseHead(JSON.stringify(head), pub)).to.deep.equal(head);
+      const forged = { ...head, hash: head.hash.replace(/^./, (c) => (c === '0' ? '1' : '0')) };
+      expect(() => parseHead(JSON.stringify(forged), pub)).to.throw(/does not verify/);
+      const { signature: _unsigned, ...plain } = head;
+      expect(() => parseHead(JSON.stringify(plain), pub)).to.throw(/not signed/);
+      expect(() => parseHead('{"position":"x"}')).to.throw(/must be/);
+    });
+
+    it('two sealers at once seal every event exactly once', async () => {
+      for (let s = 0; s < 20; s++) await store.append(`more-${s}`, [event(100 + s)], 'no_stream');
+      const other = new Sealer(await SqlEventStore.open(opened.sql), opened.sql, pino({ level: 'silent' }), {
+        batch: 3,
+      });
+      for (let i = 0; i < 50; i++) {
+        await Promise.all([sealer.sealAll(), other.sealAll()]);
+        if ((await verifyLog(store, opened.sql)).sealed === 50) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const result = await verifyLog(store, opened.sql);
+      expect(result).to.deep.include({ ok: true, sealed: 50 });
+      const [leaves] = await opened.sql.query<{ n: string }>(
+        `SELECT count(*)::text AS n FROM es_seal_leaves`,
+      );
+      expect(Number(leaves!.n)).to.equal(50);
+    });
+  });
+}
