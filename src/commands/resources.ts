@@ -244,9 +244,30 @@ export const createResource = async (
   return { id, versionId: 1, lastUpdated: uow.now, created: true, content };
 };
 
-/** docs/interface.md §4.3 rule 3: a partial update keeps omitted elements; a given identifier list replaces the old one. */
+/**
+ * `value` without empty arrays and objects, at any depth (FHIR R5 json.html: an empty array is not
+ * valid FHIR JSON; it means the element is absent).
+ */
+const pruned = (value: unknown): unknown => {
+  if (Array.isArray(value)) {
+    const items = value.map(pruned).filter((v) => v !== undefined);
+    return items.length > 0 ? items : undefined;
+  }
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .map(([k, v]) => [k, pruned(v)] as const)
+      .filter(([, v]) => v !== undefined);
+    return entries.length > 0 ? Object.fromEntries(entries) : undefined;
+  }
+  return value;
+};
+
+/**
+ * docs/interface.md §4.3 rule 3: a partial update keeps omitted elements; a given identifier list
+ * replaces the old one (an empty list removes them: the element is then absent).
+ */
 const merged = (def: ResourceDefinition, current: Content, given: Content): Content =>
-  def.partialUpdate ? { ...current, ...given } : given;
+  (pruned(def.partialUpdate ? { ...current, ...given } : given) ?? {}) as Content;
 
 /**
  * Updates resource `id` (FHIR update). `ifMatch` is the version the client read (If-Match).

@@ -224,14 +224,19 @@ export const transaction = async (
   return {
     resourceType: 'Bundle',
     type: 'transaction-response',
-    entry: results.map((r) => ({
-      ...(r.resource ? { resource: r.resource } : {}),
-      response: {
-        status: r.status,
-        ...(r.location ? { location: r.location } : {}),
-        ...(r.etag ? { etag: r.etag } : {}),
-        ...(r.lastModified ? { lastModified: r.lastModified } : {}),
-      },
-    })),
+    // No empty arrays in FHIR JSON: an empty transaction's response has no `entry`.
+    ...(results.length > 0
+      ? {
+          entry: results.map((r) => ({
+            ...(r.resource ? { resource: r.resource } : {}),
+            response: {
+              status: r.status,
+              ...(r.location ? { location: r.location } : {}),
+              ...(r.etag ? { etag: r.etag } : {}),
+              ...(r.lastModified ? { lastModified: r.lastModified } : {}),
+            },
+          })),
+        }
+      : {}),
   };
 };

@@ -232,16 +232,35 @@ export interface ResourceQuery {
   readonly encounterIds?: readonly number[];
   /** Equality on a top-level string element of the content (e.g. url, version). */
   readonly elements?: readonly { element: string; values: readonly string[] }[];
+  /** Order (default: by id ascending); always tie-broken by id, so the order is total. */
+  readonly sort?: SearchSort;
+  /** Keyset: only rows strictly after this one in the order (before it with `backward`). */
+  readonly after?: SearchKey;
+  /** Walk the order backwards from `after` (a previous page); rows come newest-first in that case. */
+  readonly backward?: boolean;
   readonly limit: number;
 }
 
-/** Live resources of `type` in the tenant matching `query`, ordered by id. */
-export const searchResources = async (
-  sql: Sql,
-  type: ResourceType,
-  tenantId: number,
-  query: ResourceQuery,
-): Promise<ResourceRow[]> => {
+/**
+ * A search order (docs/interface.md §4.4 "Paging"): `_id`, `_lastUpdated`, or a top-level string
+ * element of the content (`url`, `version`, `status`, …); `descending` for `-name`.
+ */
+export interface SearchSort {
+  readonly by: '_id' | '_lastUpdated' | { readonly element: string };
+  readonly descending: boolean;
+}
+
+/** A row's place in a {@link SearchSort}: its sort value (text) and id. */
+export interface SearchKey {
+  readonly value: string;
+  readonly id: number;
+}
+
+/** A search row and its {@link SearchKey} in the search's order. */
+export type KeyedRow = ResourceRow & { readonly key: SearchKey };
+
+/** The WHERE clause (and its parameters) of a search; `param` adds a parameter. */
+const searchWhere = (type: ResourceType, tenantId: number, query: Omit<ResourceQuery, 'limit'>) => {
   const params: unknown[] = [type, tenantId];
   const where = ['r.resource_type = $1', 'r.tenant_id = $2', 'NOT r.deleted'];
   const param = (value: unknown) => {
@@ -265,11 +284,63 @@ export const searchResources = async (
   }
   for (const { element, values } of query.elements ?? [])
     where.push(`r.content->>${param(element)} = ANY(${param([...values])}::text[])`);
+  return { where, params, param };
+};
+
+/** Live resources of `type` in the tenant matching `query`, in `query.sort` order (default by id). */
+export const searchResources = async (
+  sql: Sql,
+  type: ResourceType,
+  tenantId: number,
+  query: ResourceQuery,
+): Promise<KeyedRow[]> => {
+  const { where, params, param } = searchWhere(type, tenantId, query);
+  const by = query.sort?.by ?? '_id';
+  // The sort value as SQL, and the cast of a cursor's text back to it.
+  const [expression, cast] =
+    by === '_id'
+      ? ['r.id', 'int']
+      : by === '_lastUpdated'
+        ? ['r.last_updated', 'timestamptz']
+        : [`coalesce(r.content->>${param(by.element)}, '')`, 'text'];
+  // Descending order walked backwards is ascending, and the other way round.
+  const descending = (query.sort?.descending ?? false) !== (query.backward ?? false);
+  if (query.after) {
+    const op = descending ? '<' : '>';
+    where.push(
+      `(${expression}, r.id) ${op} (${param(query.after.value)}::${cast}, ${param(query.after.id)}::int)`,
+    );
+  }
+  const direction = descending ? 'DESC' : 'ASC';
+  // The key as text a cursor can carry and cast back: an instant with microseconds in UTC.
+  const keyText =
+    by === '_lastUpdated'
+      ? `to_char(r.last_updated AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+      : `(${expression})::text`;
   const rows = await sql.query(
-    `SELECT r.* FROM rm_resources r WHERE ${where.join(' AND ')} ORDER BY r.id LIMIT ${param(query.limit)}`,
+    `SELECT r.*, ${keyText} AS sort_key FROM rm_resources r WHERE ${where.join(' AND ')}
+      ORDER BY ${expression} ${direction}, r.id ${direction} LIMIT ${param(query.limit)}`,
     params,
   );
-  return rows.map(rowOf);
+  return rows.map((r) => ({ ...rowOf(r), key: { value: String(r.sort_key), id: Number(r.id) } }));
+};
+
+/**
+ * How many live resources of `type` in the tenant match `query`, without any scope check (the
+ * `_total=estimate` of a caller whose scopes may hide some).
+ */
+export const countResources = async (
+  sql: Sql,
+  type: ResourceType,
+  tenantId: number,
+  query: Omit<ResourceQuery, 'limit'>,
+): Promise<number> => {
+  const { where, params } = searchWhere(type, tenantId, query);
+  const [row] = await sql.query<{ n: string }>(
+    `SELECT count(*)::text AS n FROM rm_resources r WHERE ${where.join(' AND ')}`,
+    params,
+  );
+  return Number(row?.n ?? 0);
 };
 
 /** Live resources of `types` whose compartment column (`patient_id` or `encounter_id`) is `id`, as `Type/id`. */

@@ -19,10 +19,14 @@ import { toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
 import { SEARCH_PARAMETERS, type SearchParameter } from '../fhir/search.js';
 import {
+  countResources,
+  type KeyedRow,
   type ResourceQuery,
   type ResourceRow,
   readResource,
   rowOf,
+  type SearchKey,
+  type SearchSort,
   searchResources,
 } from '../projections/resources.js';
 
@@ -96,11 +100,73 @@ export const versions = async (
 /** Parameters of a search, as they come (query string or form). */
 export type SearchParams = Record<string, string | string[] | undefined>;
 
-/** Parses the search parameters of `type` into a query. @throws {DomainError} 400 for unknown or malformed ones. */
-export const parseSearch = (
-  type: ResourceType,
-  query: SearchParams,
-): { query: ResourceQuery; includes: string[] } => {
+/** `_count` of a search when none is given, and the most one page holds (docs/interface.md §4.4). */
+export const DEFAULT_SEARCH_COUNT = 20;
+export const MAX_SEARCH_COUNT = 1000;
+
+/** `_total` (FHIR R5 search.html#total): none, estimate, or accurate (the default). */
+export type TotalMode = 'none' | 'estimate' | 'accurate';
+
+/**
+ * Where a page starts (`_cursor`, opaque to clients): after (`n`, a next page) or before (`p`, a
+ * previous page) the row with this key, in this order. It carries no secret and no server state,
+ * so any replica answers it; a tampered cursor is a 400, never another tenant's data (the tenant
+ * and the scopes come from the credentials).
+ */
+interface Cursor {
+  readonly direction: 'n' | 'p';
+  readonly key: SearchKey;
+  /** The `_sort` the cursor was made for: a cursor of another order is refused. */
+  readonly sort: string;
+}
+
+const encodePageCursor = (cursor: Cursor): string =>
+  Buffer.from(JSON.stringify([cursor.direction, cursor.key.value, cursor.key.id, cursor.sort])).toString(
+    'base64url',
+  );
+
+const decodePageCursor = (text: string): Cursor => {
+  const invalid = () =>
+    new DomainError('invalid', 'InvalidCursor', '_cursor is not a cursor of this search', '_cursor');
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'));
+  } catch {
+    throw invalid();
+  }
+  if (
+    !Array.isArray(value) ||
+    value.length !== 4 ||
+    (value[0] !== 'n' && value[0] !== 'p') ||
+    typeof value[1] !== 'string' ||
+    value[1].length > 2048 ||
+    !Number.isInteger(value[2]) ||
+    value[2] < 0 ||
+    value[2] > 2_147_483_647 ||
+    typeof value[3] !== 'string'
+  )
+    throw invalid();
+  return { direction: value[0], key: { value: value[1], id: value[2] }, sort: value[3] };
+};
+
+/** A parsed search: the query, the paging and the `_include`s. */
+export interface ParsedSearch {
+  readonly query: Omit<ResourceQuery, 'limit'>;
+  readonly includes: string[];
+  readonly count: number;
+  readonly total: TotalMode;
+  /** `_sort` as given (normalised), '' for the default order. */
+  readonly sortText: string;
+  readonly sort: SearchSort | undefined;
+  readonly cursor: Cursor | undefined;
+}
+
+/**
+ * Parses the search parameters of `type` into a query and its paging (docs/interface.md §4.4).
+ * @throws {DomainError} 400 for unknown or malformed parameters, a `_sort` on an unsupported
+ *   parameter, a cursor that is not one of this search.
+ */
+export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSearch => {
   const supported = SEARCH_PARAMETERS[type];
   const criteria: {
     ids?: number[];
@@ -109,16 +175,71 @@ export const parseSearch = (
     encounterIds?: number[];
     elements?: { element: string; values: string[] }[];
   } = {};
-  let limit = 100;
+  let count = DEFAULT_SEARCH_COUNT;
+  let total: TotalMode = 'accurate';
+  let sortText = '';
+  let sort: SearchSort | undefined;
+  let cursor: Cursor | undefined;
   const includes: string[] = [];
+  const single = (name: string, values: string[]): string => {
+    if (values.length > 1)
+      throw new DomainError('invalid', 'RepeatedSearchParameter', `give ${name} once`, name);
+    return values[0] ?? '';
+  };
   for (const [name, raw] of Object.entries(query)) {
     const values = (Array.isArray(raw) ? raw : [raw ?? '']).filter((v) => v !== '');
     if (name === '_format' || name === '_pretty') continue;
     if (name === '_count') {
-      const n = Number(values[0]);
-      if (!Number.isInteger(n) || n < 0)
+      const n = Number(single(name, values));
+      if (!/^\d{1,9}$/.test(values[0] ?? '') || !Number.isInteger(n) || n < 0)
         throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
-      limit = Math.min(n, 1000);
+      // FHIR lets a server return fewer than asked: above the maximum, the maximum.
+      count = Math.min(n, MAX_SEARCH_COUNT);
+      continue;
+    }
+    if (name === '_total') {
+      const mode = single(name, values);
+      if (mode !== 'none' && mode !== 'estimate' && mode !== 'accurate')
+        throw new DomainError(
+          'invalid',
+          'InvalidTotal',
+          '_total must be none, estimate or accurate',
+          '_total',
+        );
+      total = mode;
+      continue;
+    }
+    if (name === '_cursor') {
+      cursor = decodePageCursor(single(name, values));
+      continue;
+    }
+    if (name === '_sort') {
+      sortText = single(name, values);
+      const keys = sortText.split(',').filter(Boolean);
+      if (keys.length !== 1)
+        throw new DomainError(
+          'invalid',
+          'UnsupportedSort',
+          '_sort takes one parameter (with - for descending)',
+          '_sort',
+        );
+      const descending = keys[0]!.startsWith('-');
+      const key = descending ? keys[0]!.slice(1) : keys[0]!;
+      const parameter = supported.parameters[key];
+      if (key === '_id' || key === '_lastUpdated') sort = { by: key, descending };
+      else if (parameter?.kind === 'element') sort = { by: { element: parameter.element }, descending };
+      else
+        throw new DomainError(
+          'invalid',
+          'UnsupportedSort',
+          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${Object.entries(
+            supported.parameters,
+          )
+            .filter(([, p]) => p.kind === 'element')
+            .map(([n]) => `, ${n}`)
+            .join('')})`,
+          '_sort',
+        );
       continue;
     }
     if (name === '_include') {
@@ -139,7 +260,7 @@ export const parseSearch = (
       throw new DomainError(
         'invalid',
         'UnsupportedSearchParameter',
-        `search parameter ${name} is not supported on ${type} (supported: ${Object.keys(supported.parameters).join(', ')}, _count${supported._include ? ', _include' : ''})`,
+        `search parameter ${name} is not supported on ${type} (supported: ${Object.keys(supported.parameters).join(', ')}, _count, _sort, _total${supported._include ? ', _include' : ''})`,
         name,
         { issueCode: 'not-supported' },
       );
@@ -187,19 +308,47 @@ export const parseSearch = (
         break;
     }
   }
-  return { query: { ...criteria, limit }, includes };
+  if (cursor && cursor.sort !== sortText)
+    throw new DomainError(
+      'invalid',
+      'InvalidCursor',
+      '_cursor belongs to a search with another _sort',
+      '_cursor',
+    );
+  // The cursor's key must be of the order's type: it is cast back in SQL.
+  const by = sort?.by ?? '_id';
+  if (
+    cursor &&
+    ((by === '_id' && !/^\d{1,10}$/.test(cursor.key.value)) ||
+      (by === '_lastUpdated' &&
+        (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(cursor.key.value) ||
+          Number.isNaN(Date.parse(cursor.key.value)))))
+  )
+    throw new DomainError('invalid', 'InvalidCursor', '_cursor is not a cursor of this search', '_cursor');
+  return { query: criteria, includes, count, total, sortText, sort, cursor };
 };
 
-/** A search's result: the matches the caller may see, their total, and the included resources. */
+/** A page of a search: the matches the caller may see, the total, the included resources, and the cursors of the neighbouring pages. */
 export interface SearchResult {
   readonly matches: readonly ResourceRow[];
-  readonly total: number;
+  /** Undefined with `_total=none`. */
+  readonly total: number | undefined;
   readonly included: readonly ResourceRow[];
+  /** `_cursor` of the next page, when there is one. */
+  readonly next: string | undefined;
+  /** `_cursor` of the previous page, when there is one. */
+  readonly previous: string | undefined;
 }
 
+/** Rows read per query while filling a page (scopes may hide some rows). */
+const CHUNK = 200;
+
 /**
- * FHIR search on `def.type` in the caller's tenant (docs/interface.md §5.3: only resources its scopes cover).
- * @throws {DomainError} 400 malformed parameters, 403 no search scope for the type.
+ * FHIR search on `def.type` in the caller's tenant, one page (docs/interface.md §4.4, §5.3: only
+ * resources its scopes cover). Keyset paging: a page starts after (or, for a previous page, ends
+ * before) the row its cursor names, so resources added or removed between pages never make a
+ * client skip or see twice the ones that stay.
+ * @throws {DomainError} 400 malformed parameters or cursor, 403 no search scope for the type.
  */
 export const search = async (
   sql: Sql,
@@ -208,18 +357,64 @@ export const search = async (
   parameters: SearchParams,
 ): Promise<SearchResult> => {
   if (!mayAtAll(principal, 's', def.type)) authorize(principal, 's', { resourceType: def.type });
-  const { query, includes } = parseSearch(def.type, parameters);
-  const matched = (
-    await searchResources(sql, def.type, principal.tenantId, { ...query, limit: 1000 })
-  ).filter((row) => isAllowed(principal, 's', targetOf(row)));
-  const rows = matched.slice(0, query.limit);
+  const parsed = parseSearch(def.type, parameters);
+  const { query, includes, count, sort, cursor } = parsed;
+  const backward = cursor?.direction === 'p';
+  // One more than the page, to know whether another page follows; read in chunks, scopes filter.
+  const found: KeyedRow[] = [];
+  let after = cursor?.key;
+  if (count > 0)
+    for (;;) {
+      const chunk = await searchResources(sql, def.type, principal.tenantId, {
+        ...query,
+        ...(sort ? { sort } : {}),
+        ...(after ? { after } : {}),
+        backward,
+        limit: Math.max(CHUNK, count + 1),
+      });
+      for (const row of chunk) if (isAllowed(principal, 's', targetOf(row))) found.push(row);
+      if (chunk.length < Math.max(CHUNK, count + 1) || found.length > count) break;
+      after = chunk.at(-1)!.key;
+    }
+  const more = found.length > count;
+  const page = found.slice(0, count);
+  if (backward) page.reverse();
+  const make = (direction: 'n' | 'p', row: KeyedRow | undefined) =>
+    row ? encodePageCursor({ direction, key: row.key, sort: parsed.sortText }) : undefined;
+  // Forward: a next page if more rows follow; a previous one if this page started at a cursor.
+  // Backward: the other way round.
+  const next = backward ? make('n', page.at(-1) ?? undefined) : more ? make('n', page.at(-1)) : undefined;
+  const previous = backward
+    ? more
+      ? make('p', page[0])
+      : undefined
+    : cursor
+      ? make('p', page[0] ?? undefined)
+      : undefined;
+  let total: number | undefined;
+  if (parsed.total === 'estimate') total = await countResources(sql, def.type, principal.tenantId, query);
+  else if (parsed.total === 'accurate') {
+    // Every match the caller may see (scopes can hide rows a count would include).
+    total = 0;
+    let from: SearchKey | undefined;
+    for (;;) {
+      const chunk = await searchResources(sql, def.type, principal.tenantId, {
+        ...query,
+        ...(from ? { after: from } : {}),
+        limit: 1000,
+      });
+      total += chunk.filter((row) => isAllowed(principal, 's', targetOf(row))).length;
+      if (chunk.length < 1000) break;
+      from = chunk.at(-1)!.key;
+    }
+  }
   const included: ResourceRow[] = [];
   for (const include of includes) {
     const [, element] = include.split(':') as [string, string];
     const target: ResourceType = element === 'encounter' ? 'Encounter' : 'Patient';
     const ids = [
       ...new Set(
-        rows
+        page
           .map((r) => (target === 'Patient' ? r.patientId : r.encounterId))
           .filter((id): id is number => id !== null),
       ),
@@ -232,7 +427,7 @@ export const search = async (
       )
         included.push(row);
   }
-  return { matches: rows, total: matched.length, included };
+  return { matches: page, total, included, next, previous };
 };
 
 /** `_count` of $everything when none is given, and its maximum. */

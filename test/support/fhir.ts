@@ -40,7 +40,33 @@ export const fhir = async (
       : {}),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
+  const body = text ? JSON.parse(text) : undefined;
+  if (/^application\/fhir\+json/.test(res.headers.get('content-type') ?? '') && body !== undefined)
+    assertFhirJson(body, `${method} ${path}`);
+  return { status: res.status, headers: res.headers, body };
+};
+
+/**
+ * The FHIR JSON rules (FHIR R5 json.html) every response must keep, asserted on every response the
+ * HTTP suites receive: no empty arrays, no empty objects, no nulls; `resourceType` on every
+ * resource at the top and in Bundle entries.
+ * @throws {AssertionError} naming the JSON path that breaks a rule.
+ */
+export const assertFhirJson = (value: unknown, where: string, path = '$'): void => {
+  if (value === null) expect.fail(`${where}: null at ${path} (FHIR JSON has no nulls)`);
+  if (Array.isArray(value)) {
+    if (value.length === 0) expect.fail(`${where}: empty array at ${path} (FHIR JSON has no empty arrays)`);
+    value.forEach((v, i) => assertFhirJson(v, where, `${path}[${i}]`));
+    return;
+  }
+  if (typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>);
+    if (entries.length === 0)
+      expect.fail(`${where}: empty object at ${path} (FHIR JSON has no empty objects)`);
+    if (path === '$' && typeof (value as { resourceType?: unknown }).resourceType !== 'string')
+      expect.fail(`${where}: the response is not a FHIR resource (no resourceType)`);
+    for (const [k, v] of entries) assertFhirJson(v, where, `${path}.${k}`);
+  }
 };
 
 /** Asserts an OperationOutcome with `status` and issue `code`; returns its first issue. */

@@ -109,24 +109,33 @@ export const fhirRouter = (casebook: Casebook): Router => {
       action: 'R',
       entities: [...result.matches, ...result.included].map(rowEntity),
     });
+    const entries = [
+      ...result.matches.map((row) => ({
+        fullUrl: `${base}/${row.resourceType}/${row.id}`,
+        resource: row.resource,
+        search: { mode: 'match' },
+      })),
+      ...result.included.map((row) => ({
+        fullUrl: `${base}/${row.resourceType}/${row.id}`,
+        resource: row.resource,
+        search: { mode: 'include' },
+      })),
+    ];
+    const page = (cursor: string | undefined) => selfUrl(def.type, { ...parameters, _cursor: cursor });
     ctx.type = FHIR_JSON;
     ctx.body = {
       resourceType: 'Bundle',
       type: 'searchset',
-      total: result.total,
-      link: [{ relation: 'self', url: selfUrl(def.type, parameters) }],
-      entry: [
-        ...result.matches.map((row) => ({
-          fullUrl: `${base}/${row.resourceType}/${row.id}`,
-          resource: row.resource,
-          search: { mode: 'match' },
-        })),
-        ...result.included.map((row) => ({
-          fullUrl: `${base}/${row.resourceType}/${row.id}`,
-          resource: row.resource,
-          search: { mode: 'include' },
-        })),
+      ...(result.total !== undefined ? { total: result.total } : {}),
+      // FHIR R5 http.html#paging: self, first, previous, next (docs/interface.md §4.4).
+      link: [
+        { relation: 'self', url: selfUrl(def.type, parameters) },
+        { relation: 'first', url: page(undefined) },
+        ...(result.previous ? [{ relation: 'previous', url: page(result.previous) }] : []),
+        ...(result.next ? [{ relation: 'next', url: page(result.next) }] : []),
       ],
+      // No empty arrays in FHIR JSON: an empty page has no `entry`.
+      ...(entries.length > 0 ? { entry: entries } : {}),
     };
   };
 

@@ -1,0 +1,180 @@
+/**
+ * Paging of search (issue 13; docs/interface.md §4.4; FHIR R5 http.html#paging, search.html):
+ * `_count` (default 20, at most 1,000), keyset `_cursor` links (self, first, previous, next) that
+ * never skip or repeat a resource when others are written between pages, `_total`, `_sort`.
+ */
+import { expect } from 'chai';
+import { GENERAL, seed, startTestApp, type TestApp } from '../../support/app.js';
+import { testDatabases } from '../../support/databases.js';
+import { type Credentials, fhir, ROLE_NEW, sessionCookie } from '../../support/fhir.js';
+
+for (const database of testDatabases) {
+  describe(`search paging on ${database.name}`, function () {
+    this.timeout(120_000);
+    let app: TestApp;
+    const system = `urn:paging:${database.name}`;
+    const created: string[] = [];
+    let n = 0;
+
+    const newPatient = async (family = 'Pager') => {
+      const res = await fhir(app, 'POST', '/Patient', {
+        body: {
+          resourceType: 'Patient',
+          identifier: [{ system, value: `p-${++n}` }],
+          name: [{ family }],
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).to.equal(201);
+      return res.body.id as string;
+    };
+
+    /** Follows `next` links from `path`; returns the ids in order and the pages seen. */
+    const pages = async (path: string, between?: () => Promise<void>, auth: Credentials = GENERAL) => {
+      const ids: string[] = [];
+      const bundles: any[] = [];
+      let url: string | undefined = path;
+      while (url) {
+        const res = await fhir(app, 'GET', url, { auth });
+        expect(res.status, JSON.stringify(res.body)).to.equal(200);
+        bundles.push(res.body);
+        ids.push(...(res.body.entry ?? []).map((e: any) => e.resource.id as string));
+        const next = res.body.link.find((l: any) => l.relation === 'next')?.url as string | undefined;
+        url = next ? next.slice(next.indexOf('/fhir/r5') + '/fhir/r5'.length) : undefined;
+        if (url && between) await between();
+      }
+      return { ids, bundles };
+    };
+
+    before(async () => {
+      app = await startTestApp(database);
+      await seed(app);
+      for (let i = 0; i < 45; i++) created.push(await newPatient());
+    });
+    after(() => app?.close());
+
+    it('pages through 45 Patients with _count=10: each exactly once, with self, first and next links', async () => {
+      const all = await pages('/Patient?_count=10');
+      const mine = all.ids.filter((id) => created.includes(id));
+      expect(mine).to.deep.equal(created);
+      expect(new Set(all.ids).size).to.equal(all.ids.length);
+      expect(all.bundles.length).to.equal(Math.ceil(all.ids.length / 10));
+      for (const b of all.bundles) {
+        expect(b.total).to.equal(all.ids.length);
+        expect(b.entry.length).to.be.at.most(10);
+        const relations = b.link.map((l: any) => l.relation);
+        expect(relations).to.include.members(['self', 'first']);
+        for (const l of b.link) expect(l.url).not.to.match(/secret|Basic|client/i);
+      }
+      expect(all.bundles.at(-1).link.map((l: any) => l.relation)).not.to.include('next');
+    });
+
+    it('never skips or repeats a resource when others are created between pages', async () => {
+      const before = (await pages('/Patient?_count=500')).ids;
+      const added: string[] = [];
+      const { ids } = await pages('/Patient?_count=7', async () => {
+        added.push(await newPatient('Latecomer'));
+      });
+      for (const id of before)
+        expect(
+          ids.filter((x) => x === id),
+          `Patient/${id}`,
+        ).to.have.length(1);
+      expect(new Set(ids).size).to.equal(ids.length);
+      // Ids grow, and the default order is by id: every one added between pages follows.
+      expect(added.every((id) => ids.includes(id))).to.equal(true);
+    });
+
+    it('goes back with previous links to exactly the page before', async () => {
+      const first = await fhir(app, 'GET', '/Patient?_count=5');
+      const nextUrl = first.body.link.find((l: any) => l.relation === 'next').url as string;
+      const second = await fhir(app, 'GET', nextUrl.slice(nextUrl.indexOf('/fhir/r5') + 8));
+      const previousUrl = second.body.link.find((l: any) => l.relation === 'previous').url as string;
+      const back = await fhir(app, 'GET', previousUrl.slice(previousUrl.indexOf('/fhir/r5') + 8));
+      expect(back.body.entry.map((e: any) => e.resource.id)).to.deep.equal(
+        first.body.entry.map((e: any) => e.resource.id),
+      );
+      expect(second.body.entry.map((e: any) => e.resource.id)).not.to.include.members(
+        first.body.entry.map((e: any) => e.resource.id),
+      );
+    });
+
+    it('defaults to 20 entries, caps _count at 1,000, and _count=0 gives only the total', async () => {
+      const page = await fhir(app, 'GET', '/Patient');
+      expect(page.body.entry).to.have.length(20);
+      const capped = await fhir(app, 'GET', '/Patient?_count=5000');
+      expect(capped.status).to.equal(200);
+      expect(capped.body.entry.length).to.equal(capped.body.total);
+      const zero = await fhir(app, 'GET', '/Patient?_count=0');
+      expect(zero.body).not.to.have.property('entry');
+      expect(zero.body.total).to.equal(capped.body.total);
+    });
+
+    it('gives total per _total: accurate by default, estimate, none', async () => {
+      const accurate = await fhir(app, 'GET', '/Patient?_count=1');
+      const estimate = await fhir(app, 'GET', '/Patient?_count=1&_total=estimate');
+      const none = await fhir(app, 'GET', '/Patient?_count=1&_total=none');
+      expect(accurate.body.total).to.be.greaterThanOrEqual(45);
+      expect(estimate.body.total).to.equal(accurate.body.total);
+      expect(none.body).not.to.have.property('total');
+      expect((await fhir(app, 'GET', '/Patient?_total=all')).status).to.equal(400);
+    });
+
+    it('sorts by _lastUpdated and _id, descending with -, and pages in that order', async () => {
+      const { ids } = await pages('/Patient?_sort=-_id&_count=13');
+      const numeric = ids.map(Number);
+      expect(numeric).to.deep.equal([...numeric].sort((a, b) => b - a));
+      const byUpdate = await pages('/Patient?_sort=-_lastUpdated&_count=9');
+      expect(new Set(byUpdate.ids).size).to.equal(byUpdate.ids.length);
+      expect(byUpdate.ids.length).to.equal(ids.length);
+      const times = byUpdate.bundles.flatMap((b) =>
+        b.entry.map((e: any) => Date.parse(e.resource.meta.lastUpdated)),
+      );
+      expect(times).to.deep.equal([...times].sort((a, b) => b - a));
+    });
+
+    it('answers 400 for an unsupported _sort, a forged _cursor, or a cursor of another order', async () => {
+      expect((await fhir(app, 'GET', '/Patient?_sort=gender')).status).to.equal(400);
+      expect((await fhir(app, 'GET', '/Patient?_cursor=not-a-cursor')).status).to.equal(400);
+      const forged = Buffer.from(JSON.stringify(['n', "x' OR 1=1", 1, ''])).toString('base64url');
+      expect((await fhir(app, 'GET', `/Patient?_cursor=${forged}`)).status).to.equal(400);
+      const first = await fhir(app, 'GET', '/Patient?_count=2&_sort=_lastUpdated');
+      const next = first.body.link.find((l: any) => l.relation === 'next').url as string;
+      const cursor = new URL(next).searchParams.get('_cursor')!;
+      expect((await fhir(app, 'GET', `/Patient?_count=2&_cursor=${cursor}`)).status).to.equal(400);
+      const badTime = Buffer.from(JSON.stringify(['n', 'yesterday', 1, '_lastUpdated'])).toString(
+        'base64url',
+      );
+      expect((await fhir(app, 'GET', `/Patient?_sort=_lastUpdated&_cursor=${badTime}`)).status).to.equal(400);
+    });
+
+    it('fills pages and counts the total for a session whose scopes hide most resources', async () => {
+      const own = created[3]!;
+      const others = created.filter((id) => id !== own).slice(0, 12);
+      const encounter = (patient: string) =>
+        fhir(app, 'POST', '/Encounter', {
+          body: {
+            resourceType: 'Encounter',
+            status: 'planned',
+            subject: { reference: `Patient/${patient}` },
+          },
+        });
+      for (const p of others) expect((await encounter(p)).status).to.equal(201);
+      for (let i = 0; i < 5; i++) expect((await encounter(own)).status).to.equal(201);
+      const { cookie } = await sessionCookie(app, {
+        scope: 'patient/*.rs',
+        patient: Number(own),
+        fhirContext: [
+          {
+            type: 'Practitioner',
+            identifier: { system: 'urn:paging:staff', value: `dr-${database.name}` },
+            role: ROLE_NEW,
+          },
+        ],
+      });
+      const { ids, bundles } = await pages('/Encounter?_count=2', undefined, cookie);
+      expect(ids).to.have.length(5);
+      expect(bundles.map((b) => b.entry.length)).to.deep.equal([2, 2, 1]);
+      for (const b of bundles) expect(b.total).to.equal(5);
+    });
+  });
+}
