@@ -100,6 +100,176 @@ export const versions = async (
 /** Parameters of a search, as they come (query string or form). */
 export type SearchParams = Record<string, string | string[] | undefined>;
 
+/** `_count` of a history page when none is given (docs/interface.md §4.4). */
+export const DEFAULT_HISTORY_COUNT = 20;
+
+/** A history page's parameters: `_count`, `_cursor`, `_since`, `_at`. */
+export interface HistoryParams {
+  readonly count: number;
+  /** Instant: only versions last updated at or after it. */
+  readonly since: Date | undefined;
+  /** Instant: per resource, only the version current at it. */
+  readonly at: Date | undefined;
+  /** Type level: the last resource id of the previous page; instance level: the last versionId. */
+  readonly after: number | undefined;
+}
+
+const instantOf = (name: string, text: string): Date => {
+  // FHIR instant (a date or a date-time with a zone also accepted, as search dates are).
+  if (!/^\d{4}(-\d{2}(-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?)?)?$/.test(text))
+    throw new DomainError(
+      'invalid',
+      'InvalidInstant',
+      `${name} must be an instant such as 2026-03-01T10:00:00Z`,
+      name,
+    );
+  const date = new Date(text);
+  if (Number.isNaN(date.getTime()))
+    throw new DomainError(
+      'invalid',
+      'InvalidInstant',
+      `${name} must be an instant such as 2026-03-01T10:00:00Z`,
+      name,
+    );
+  return date;
+};
+
+/**
+ * Parses `_history` parameters (FHIR R5 http.html#history; docs/interface.md §4.4).
+ * @throws {DomainError} 400 unknown or malformed parameters, `_since` with `_at`.
+ */
+export const parseHistory = (query: SearchParams): HistoryParams => {
+  let count = DEFAULT_HISTORY_COUNT;
+  let since: Date | undefined;
+  let at: Date | undefined;
+  let after: number | undefined;
+  for (const [name, raw] of Object.entries(query)) {
+    const values = (Array.isArray(raw) ? raw : [raw ?? '']).filter((v) => v !== '');
+    if (name === '_format' || name === '_pretty') continue;
+    if (values.length !== 1)
+      throw new DomainError('invalid', 'InvalidHistoryParameter', `give ${name} once, with a value`, name);
+    const value = values[0]!;
+    if (name === '_count') {
+      if (!/^\d{1,9}$/.test(value))
+        throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
+      count = Math.min(Number(value), MAX_SEARCH_COUNT);
+    } else if (name === '_since') since = instantOf(name, value);
+    else if (name === '_at') at = instantOf(name, value);
+    else if (name === '_cursor') {
+      if (!/^\d{1,10}$/.test(value) || Number(value) > 2_147_483_647)
+        throw new DomainError(
+          'invalid',
+          'InvalidCursor',
+          '_cursor is not a cursor of this history',
+          '_cursor',
+        );
+      after = Number(value);
+    } else
+      throw new DomainError(
+        'invalid',
+        'UnsupportedHistoryParameter',
+        `${name} is not supported on _history (supported: _count, _since, _at, _cursor)`,
+        name,
+        { issueCode: 'not-supported' },
+      );
+  }
+  if (since && at)
+    throw new DomainError('invalid', 'InvalidHistoryParameter', 'give _since or _at, not both', '_at');
+  return { count, since, at, after };
+};
+
+/** The version of `all` (oldest first) current at `at`: the last one recorded at or before it. */
+const currentAt = (all: readonly Version[], at: Date): Version | undefined =>
+  all.filter((v) => Date.parse(v.at) <= at.getTime()).at(-1);
+
+/** A page of history entries, newest first, and the `_cursor` of the next page. */
+export interface HistoryPage {
+  readonly versions: readonly (Version & { readonly resourceType: ResourceType; readonly id: number })[];
+  readonly total: number | undefined;
+  readonly next: string | undefined;
+}
+
+/**
+ * Instance history, one page (FHIR R5 http.html#history): versions newest first; `_since` keeps
+ * those recorded at or after it; `_at` keeps the one current at that instant (none when the
+ * resource did not exist yet; its deletion when it was deleted then).
+ * @throws {DomainError} 404 unknown, 403 scopes, 400 parameters.
+ */
+export const instanceHistory = async (
+  sql: Sql,
+  store: EventStore,
+  principal: Principal,
+  def: ResourceDefinition,
+  id: number,
+  query: SearchParams,
+): Promise<HistoryPage> => {
+  const params = parseHistory(query);
+  const all = await versions(sql, store, principal, def, id);
+  let chosen: Version[];
+  if (params.at) {
+    const version = currentAt(all, params.at);
+    chosen = version ? [version] : [];
+  } else chosen = all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime());
+  const newestFirst = chosen.reverse();
+  const after = params.after;
+  const rest = after === undefined ? newestFirst : newestFirst.filter((v) => v.versionId < after);
+  const page = rest.slice(0, params.count);
+  return {
+    versions: page.map((v) => ({ ...v, resourceType: def.type, id })),
+    total: newestFirst.length,
+    next: rest.length > params.count && page.length > 0 ? String(page.at(-1)!.versionId) : undefined,
+  };
+};
+
+/**
+ * Type-level history, one page (FHIR R5 http.html#history): the resources of the type the caller
+ * may read (deleted ones too), `_count` resources per page in id order, each with its versions
+ * newest first — or, with `_at`, the version current at that instant. The page is keyed by
+ * resource id (`_cursor`), so writes between pages never shift it.
+ * @throws {DomainError} 403 no read scope on the type, 400 parameters.
+ */
+export const typeHistory = async (
+  sql: Sql,
+  store: EventStore,
+  principal: Principal,
+  def: ResourceDefinition,
+  query: SearchParams,
+): Promise<HistoryPage> => {
+  if (!mayAtAll(principal, 'r', def.type)) authorize(principal, 'r', { resourceType: def.type });
+  const params = parseHistory(query);
+  const out: HistoryPage['versions'][number][] = [];
+  let after = params.after ?? 0;
+  let next: string | undefined;
+  let resources = 0;
+  for (;;) {
+    const rows = (
+      await sql.query(
+        `SELECT * FROM rm_resources WHERE resource_type = $1 AND tenant_id = $2 AND id > $3 ORDER BY id LIMIT 200`,
+        [def.type, principal.tenantId, after],
+      )
+    ).map(rowOf);
+    if (rows.length === 0) break;
+    for (const row of rows) {
+      after = row.id;
+      if (!isAllowed(principal, 'r', targetOf(row))) continue;
+      if (params.since && row.lastUpdated.getTime() < params.since.getTime()) continue;
+      if (resources === params.count) {
+        next = String(out.at(-1)?.id ?? row.id - 1);
+        break;
+      }
+      const all = await versions(sql, store, principal, def, row.id);
+      const chosen = params.at
+        ? [currentAt(all, params.at)].filter((v): v is Version => v !== undefined)
+        : all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime()).reverse();
+      if (chosen.length === 0) continue;
+      resources++;
+      for (const v of chosen) out.push({ ...v, resourceType: def.type, id: row.id });
+    }
+    if (next !== undefined || rows.length < 200) break;
+  }
+  return { versions: out, total: undefined, next };
+};
+
 /** `_count` of a search when none is given, and the most one page holds (docs/interface.md §4.4). */
 export const DEFAULT_SEARCH_COUNT = 20;
 export const MAX_SEARCH_COUNT = 1000;

@@ -262,13 +262,58 @@ export const fhirRouter = (casebook: Casebook): Router => {
       );
     return search(ctx, { ...ctx.query, ...(ctx.request.body as Record<string, string | string[]>) });
   });
-  router.get('/:type/_history', (ctx) => {
-    definitionOf(ctx.params.type!);
-    throw new HttpError(
-      404,
-      'UnsupportedInteraction',
-      'type-level history is not supported: use GET /{type}/{id}/_history',
-    );
+  /** A history Bundle (FHIR R5 http.html#history) of one page, with self, first and next links. */
+  const historyBundle = (path: string, query: queries.SearchParams, page: queries.HistoryPage) => {
+    const url = (cursor: string | undefined) => {
+      const params = new URLSearchParams();
+      for (const [name, value] of Object.entries(query))
+        if (name !== '_cursor')
+          for (const v of Array.isArray(value) ? value : value === undefined ? [] : [value])
+            params.append(name, v);
+      if (cursor) params.set('_cursor', cursor);
+      const text = params.toString();
+      return `${base}${path}${text ? `?${text}` : ''}`;
+    };
+    const self = typeof query._cursor === 'string' ? query._cursor : undefined;
+    const entries = page.versions.map((v) => ({
+      fullUrl: `${base}/${v.resourceType}/${v.id}`,
+      ...(v.resource ? { resource: v.resource } : {}),
+      request: { method: v.method, url: v.method === 'POST' ? v.resourceType : `${v.resourceType}/${v.id}` },
+      response: {
+        status: v.method === 'POST' ? '201 Created' : v.method === 'PUT' ? '200 OK' : '204 No Content',
+        etag: `W/"${v.versionId}"`,
+        lastModified: v.at,
+      },
+    }));
+    return {
+      resourceType: 'Bundle',
+      type: 'history',
+      ...(page.total !== undefined ? { total: page.total } : {}),
+      link: [
+        { relation: 'self', url: url(self) },
+        { relation: 'first', url: url(undefined) },
+        ...(page.next ? [{ relation: 'next', url: url(page.next) }] : []),
+      ],
+      ...(entries.length > 0 ? { entry: entries } : {}),
+    };
+  };
+
+  // Type-level history (issue 13/14): every resource of the type the caller may read, paged by
+  // resource; `_at` gives each one's version current at that instant.
+  router.get('/:type/_history', async (ctx) => {
+    const def = definitionOf(ctx.params.type!);
+    const principal = await resolvePrincipal(ctx, casebook);
+    noteAudit(ctx, { interaction: 'history-type', action: 'R' });
+    const query = ctx.query as queries.SearchParams;
+    const page = await queries.typeHistory(casebook.sql, casebook.store, principal, def, query);
+    noteAudit(ctx, {
+      entities: [...new Set(page.versions.map((v) => v.id))].map((id) => ({
+        reference: `${def.type}/${id}`,
+        patientId: null,
+      })),
+    });
+    ctx.type = FHIR_JSON;
+    ctx.body = historyBundle(`/${def.type}/_history`, query, page);
   });
 
   router.post('/:type', async (ctx) => {
@@ -362,24 +407,10 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
     noteAudit(ctx, { interaction: 'history-instance', action: 'R' });
-    const all = (await queries.versions(casebook.sql, casebook.store, principal, def, id)).reverse();
+    const query = ctx.query as queries.SearchParams;
+    const page = await queries.instanceHistory(casebook.sql, casebook.store, principal, def, id, query);
     ctx.type = FHIR_JSON;
-    ctx.body = {
-      resourceType: 'Bundle',
-      type: 'history',
-      total: all.length,
-      link: [{ relation: 'self', url: `${base}/${def.type}/${id}/_history` }],
-      entry: all.map((v) => ({
-        fullUrl: `${base}/${def.type}/${id}`,
-        ...(v.resource ? { resource: v.resource } : {}),
-        request: { method: v.method, url: v.method === 'POST' ? def.type : `${def.type}/${id}` },
-        response: {
-          status: v.method === 'POST' ? '201 Created' : v.method === 'PUT' ? '200 OK' : '204 No Content',
-          etag: `W/"${v.versionId}"`,
-          lastModified: v.at,
-        },
-      })),
-    };
+    ctx.body = historyBundle(`/${def.type}/${id}/_history`, query, page);
   });
 
   router.get('/:type/:id/_history/:vid', async (ctx) => {

@@ -1445,7 +1445,10 @@ for (const database of testDatabases) {
           resourceType: 'Bundle',
           type: 'history',
           total: 4,
-          link: [{ relation: 'self', url: `${base}/Patient/${id}/_history` }],
+          link: [
+            { relation: 'self', url: `${base}/Patient/${id}/_history` },
+            { relation: 'first', url: `${base}/Patient/${id}/_history` },
+          ],
           entry: [
             {
               fullUrl,

@@ -178,3 +178,119 @@ for (const database of testDatabases) {
     });
   });
 }
+
+for (const database of testDatabases) {
+  describe(`history paging and _at on ${database.name}`, function () {
+    this.timeout(60_000);
+    let app: TestApp;
+    const system = `urn:history:${database.name}`;
+    let n = 0;
+    const link = (bundle: any, relation: string) => {
+      const url = bundle.link.find((l: any) => l.relation === relation)?.url as string | undefined;
+      return url ? url.slice(url.indexOf('/fhir/r5') + '/fhir/r5'.length) : undefined;
+    };
+    const put = async (id: string, family: string) => {
+      const res = await fhir(app, 'PUT', `/Practitioner/${id}`, {
+        body: { resourceType: 'Practitioner', id, name: [{ family }] },
+      });
+      expect(res.status, JSON.stringify(res.body)).to.equal(200);
+    };
+    const create = async (family: string) => {
+      const res = await fhir(app, 'POST', '/Practitioner', {
+        body: {
+          resourceType: 'Practitioner',
+          identifier: [{ system, value: `dr-${++n}` }],
+          name: [{ family }],
+        },
+      });
+      expect(res.status, JSON.stringify(res.body)).to.equal(201);
+      return res.body.id as string;
+    };
+    const families = (bundle: any) =>
+      (bundle.entry ?? []).map((e: any) => e.resource?.name?.[0]?.family ?? 'deleted');
+
+    before(async () => {
+      app = await startTestApp(database, { start: new Date('2026-03-01T10:00:00.000Z') });
+      await seed(app);
+    });
+    after(() => app?.close());
+
+    it('pages an instance history with _count and next links, newest first', async () => {
+      const id = await create('V1');
+      for (const family of ['V2', 'V3', 'V4', 'V5']) {
+        app.advance(1000);
+        await put(id, family);
+      }
+      const seen: string[] = [];
+      let path: string | undefined = `/Practitioner/${id}/_history?_count=2`;
+      let pages = 0;
+      while (path) {
+        const res = await fhir(app, 'GET', path);
+        expect(res.status).to.equal(200);
+        expect(res.body.total).to.equal(5);
+        seen.push(...families(res.body));
+        path = link(res.body, 'next');
+        pages++;
+      }
+      expect(seen).to.deep.equal(['V5', 'V4', 'V3', 'V2', 'V1']);
+      expect(pages).to.equal(3);
+    });
+
+    it('_at just before and just after an update gives the old and the new version, at instance and type level', async () => {
+      app.advance(60_000);
+      const id = await create('Before');
+      const other = await create('Other');
+      const created = Date.parse(app.casebook.clock().toISOString());
+      app.advance(60_000);
+      await put(id, 'After');
+      const updated = created + 60_000;
+      const at = (ms: number) => new Date(ms).toISOString();
+      const justBefore = await fhir(app, 'GET', `/Practitioner/${id}/_history?_at=${at(updated - 1)}`);
+      expect(families(justBefore.body)).to.deep.equal(['Before']);
+      expect(justBefore.body.entry[0].response.etag).to.equal('W/"1"');
+      const justAfter = await fhir(app, 'GET', `/Practitioner/${id}/_history?_at=${at(updated + 1)}`);
+      expect(families(justAfter.body)).to.deep.equal(['After']);
+      expect(justAfter.body.entry[0].response.etag).to.equal('W/"2"');
+      const beforeCreation = await fhir(app, 'GET', `/Practitioner/${id}/_history?_at=${at(created - 1)}`);
+      expect(beforeCreation.body).not.to.have.property('entry');
+
+      // Type level: one entry per resource, the version current then.
+      const typeBefore = await fhir(app, 'GET', `/Practitioner/_history?_at=${at(updated - 1)}&_count=1000`);
+      const byId = (bundle: any) =>
+        Object.fromEntries(bundle.entry.map((e: any) => [e.resource.id, e.resource.name[0].family]));
+      expect(byId(typeBefore.body)[id]).to.equal('Before');
+      expect(byId(typeBefore.body)[other]).to.equal('Other');
+      const ids = typeBefore.body.entry.map((e: any) => e.resource.id);
+      expect(new Set(ids).size).to.equal(ids.length);
+      const typeAfter = await fhir(app, 'GET', `/Practitioner/_history?_at=${at(updated + 1)}&_count=1000`);
+      expect(byId(typeAfter.body)[id]).to.equal('After');
+    });
+
+    it('pages the type-level history by resource, each once, and filters with _since', async () => {
+      const all: string[] = [];
+      let path: string | undefined = '/Practitioner/_history?_count=2';
+      while (path) {
+        const res = await fhir(app, 'GET', path);
+        expect(res.status).to.equal(200);
+        const ids = [...new Set((res.body.entry ?? []).map((e: any) => e.fullUrl as string))];
+        expect(ids.length).to.be.at.most(2);
+        all.push(...(ids as string[]));
+        path = link(res.body, 'next');
+      }
+      expect(new Set(all).size).to.equal(all.length);
+      expect(all.length).to.equal(n);
+      const since = new Date(Date.parse(app.casebook.clock().toISOString()) - 30_000).toISOString();
+      const recent = await fhir(app, 'GET', `/Practitioner/_history?_since=${since}&_count=100`);
+      expect(families(recent.body)).to.deep.equal(['After']);
+    });
+
+    it('answers 400 for a malformed _at, _since with _at, and an unknown parameter', async () => {
+      expect((await fhir(app, 'GET', '/Practitioner/_history?_at=yesterday')).status).to.equal(400);
+      expect(
+        (await fhir(app, 'GET', '/Practitioner/_history?_at=2026-03-01&_since=2026-03-01')).status,
+      ).to.equal(400);
+      expect((await fhir(app, 'GET', '/Practitioner/_history?family=x')).status).to.equal(400);
+      expect((await fhir(app, 'GET', '/Practitioner/_history?_cursor=abc')).status).to.equal(400);
+    });
+  });
+}
