@@ -49,9 +49,22 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const corsMiddleware = cors({
     origin: (ctx) => (corsOrigins.has(ctx.get('Origin')) ? ctx.get('Origin') : ''),
     credentials: true,
-    allowMethods: ['GET', 'POST', 'PUT', 'DELETE', 'OPTIONS'],
-    allowHeaders: ['Content-Type', 'Authorization'],
-    exposeHeaders: ['Location', 'ETag', 'Last-Modified'],
+    allowMethods: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS'],
+    // Issue 13: what FHIR browser clients send (If-Match for version-aware updates, Prefer,
+    // If-None-Exist for conditional creates, Medplum's X-Medplum) and read back.
+    allowHeaders: [
+      'Accept',
+      'Authorization',
+      'Content-Type',
+      'If-Match',
+      'If-Modified-Since',
+      'If-None-Exist',
+      'If-None-Match',
+      'Prefer',
+      'X-Medplum',
+      'X-Request-Id',
+    ],
+    exposeHeaders: ['Content-Location', 'ETag', 'Last-Modified', 'Location', 'X-Request-Id'],
     maxAge: 600,
   });
 

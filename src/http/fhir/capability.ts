@@ -13,6 +13,56 @@ const SEARCH_TYPES: Record<string, string> = {
   encounter: 'reference',
 };
 
+/** The operations casebook implements, by resource type (issue 13: discoverable), with their definitions. */
+const OPERATIONS: Partial<Record<string, { name: string; definition: string; documentation: string }[]>> = {
+  Patient: [
+    {
+      name: 'everything',
+      definition: 'http://hl7.org/fhir/OperationDefinition/Patient-everything',
+      documentation:
+        'The patient compartment (Encounter, Task, QuestionnaireResponse and what they reference), paged.',
+    },
+  ],
+  Questionnaire: [
+    {
+      name: 'populate',
+      definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/Questionnaire-populate',
+      documentation:
+        'SDC $populate (form backend): a QuestionnaireResponse pre-filled from the launch context.',
+    },
+  ],
+  QuestionnaireResponse: [
+    {
+      name: 'validate',
+      definition: 'http://hl7.org/fhir/OperationDefinition/Resource-validate',
+      documentation:
+        'Validates a QuestionnaireResponse against its Questionnaire (SDC rules, RE2 regexes, FHIRPath within a budget).',
+    },
+    {
+      name: 'generate-narrative',
+      definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/QuestionnaireResponse-generate-narrative',
+      documentation: 'The plain-text report of a QuestionnaireResponse, as sent to the hospital.',
+    },
+    {
+      name: 'extract',
+      definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/QuestionnaireResponse-extract',
+      documentation:
+        'SDC definition-based $extract: a transaction Bundle of the resources the response describes.',
+    },
+  ],
+  ValueSet: [
+    {
+      name: 'expand',
+      definition: 'http://hl7.org/fhir/OperationDefinition/ValueSet-expand',
+      documentation: 'Expands a tenant ValueSet or a contained one (form backend).',
+    },
+  ],
+};
+
+/** Result parameters every search and history takes (docs/interface.md §4.4). */
+const PAGING_DOCUMENTATION =
+  'Paging: _count (default 20, at most 1000), _sort (_id, _lastUpdated, and the token/uri parameters; - for descending), _total (none | estimate | accurate, default accurate), and opaque _cursor links (self, first, previous, next). History: _count, _since, _at.';
+
 /** The CapabilityStatement of the server at `baseUrl`; `now` dates it. */
 export const capabilityStatement = (baseUrl: string, now: Date) => ({
   resourceType: 'CapabilityStatement',
@@ -31,34 +81,59 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
           'HTTP Basic client credentials (governed by the client scopes) or the auth_session cookie (governed by the session scopes, SMART v2: patient/ compartment, user/ authored).',
       },
       interaction: [{ code: 'transaction' }],
-      resource: RESOURCE_TYPES.map((type) => {
-        const def = DEFINITIONS[type];
-        const search = SEARCH_PARAMETERS[type];
-        return {
-          type,
-          versioning: 'versioned-update',
-          readHistory: true,
-          updateCreate: false,
-          conditionalCreate: true,
-          conditionalUpdate: true,
-          conditionalDelete: 'not-supported',
-          conditionalRead: 'not-supported',
-          interaction: ['read', 'vread', 'update', 'delete', 'history-instance', 'create', 'search-type'].map(
-            (code) => ({ code }),
-          ),
-          searchParam: Object.entries(search.parameters).map(([name, p]) => ({
-            name,
-            type: p.kind === 'element' ? p.type : SEARCH_TYPES[p.kind],
-          })),
-          ...(search._include ? { searchInclude: search._include } : {}),
-          ...(def.partialUpdate
-            ? {
-                documentation:
-                  'PUT by id is a partial update: omitted elements stay unchanged; a given identifier list replaces the old one.',
-              }
-            : {}),
-        };
-      }),
+      documentation: PAGING_DOCUMENTATION,
+      resource: [
+        ...RESOURCE_TYPES.map((type) => {
+          const def = DEFINITIONS[type];
+          const search = SEARCH_PARAMETERS[type];
+          return {
+            type,
+            versioning: 'versioned-update',
+            readHistory: true,
+            updateCreate: false,
+            conditionalCreate: true,
+            conditionalUpdate: true,
+            conditionalDelete: 'not-supported',
+            conditionalRead: 'not-supported',
+            interaction: [
+              'read',
+              'vread',
+              'update',
+              'delete',
+              'history-instance',
+              'history-type',
+              'create',
+              'search-type',
+            ].map((code) => ({ code })),
+            searchParam: Object.entries(search.parameters).map(([name, p]) => ({
+              name,
+              type: p.kind === 'element' ? p.type : SEARCH_TYPES[p.kind],
+            })),
+            ...(search._include ? { searchInclude: search._include } : {}),
+            ...(OPERATIONS[type] ? { operation: OPERATIONS[type] } : {}),
+            ...(def.partialUpdate
+              ? {
+                  documentation:
+                    'PUT by id is a partial update: omitted elements stay unchanged; a given identifier list replaces the old one.',
+                }
+              : {}),
+          };
+        }),
+        {
+          type: 'AuditEvent',
+          documentation:
+            'The audit trail (read only): one AuditEvent per access. Needs AuditEvent scopes (system/AuditEvent.rs); sessions never read it.',
+          interaction: [{ code: 'read' }, { code: 'search-type' }],
+          searchParam: [
+            { name: 'patient', type: 'reference' },
+            { name: 'entity', type: 'reference' },
+            { name: 'agent', type: 'reference' },
+            { name: 'date', type: 'date' },
+            { name: 'action', type: 'token' },
+            { name: 'outcome', type: 'token' },
+          ],
+        },
+      ],
     },
   ],
 });

@@ -365,9 +365,11 @@ export const fhirRouter = (casebook: Casebook): Router => {
       fhir.conditionalUpdate(uow, principal, def, identifier, body),
     );
     noteAudit(ctx, { interaction: 'update', entities: [writtenEntity(def.type, result)] });
-    // docs/interface.md §4.3 rule 2: 200 whether it updated or created.
+    // docs/interface.md §4.3 rule 2: a Patient answers 200 whether it updated or created (a
+    // deliberate deviation the interface demands); every other type follows FHIR: 201 on create.
     ctx.set('Location', `${base}/${def.type}/${result.id}/_history/${result.versionId}`);
-    sendResource(ctx, 200, written(def.type, result), result.versionId, result.lastUpdated);
+    const status = result.created && def.type !== 'Patient' ? 201 : 200;
+    sendResource(ctx, status, written(def.type, result), result.versionId, result.lastUpdated);
   });
 
   router.get('/:type/:id', async (ctx) => {

@@ -1144,7 +1144,7 @@ for (const database of testDatabases) {
         expect(res.headers.get('location')).to.equal(`${base}/Encounter/${existing.id}`);
       });
 
-      it('conditional update creates (200) and then updates, merging identifiers and keeping the subject', async () => {
+      it('conditional update creates (201, FHIR; only Patient answers 200) and then updates, merging identifiers and keeping the subject', async () => {
         const patient = await createPatient();
         const visit = { system: 'urn:test:visit', value: unique('visit') };
         const first = await fhir(app, 'PUT', `/Encounter?${q(visit)}`, {
@@ -1154,7 +1154,7 @@ for (const database of testDatabases) {
             subject: { reference: `Patient/${patient.id}` },
           },
         });
-        expect(first.status, JSON.stringify(first.body)).to.equal(200);
+        expect(first.status, JSON.stringify(first.body)).to.equal(201);
         expect(first.body).to.deep.equal(
           fhirResource('Encounter', first.body.id, 1, now(), {
             status: 'planned',
@@ -1323,12 +1323,12 @@ for (const database of testDatabases) {
         expect(res.headers.get('location')).to.equal(`${base}/Practitioner/${existing.id}`);
       });
 
-      it('conditional update creates (200), then updates and merges identifiers', async () => {
+      it('conditional update creates (201), then updates and merges identifiers', async () => {
         const staff = { system: 'urn:test:staff', value: unique('dr') };
         const first = await fhir(app, 'PUT', `/Practitioner?${q(staff)}`, {
           body: { resourceType: 'Practitioner', name: [{ family: 'Grey' }] },
         });
-        expect(first.status, JSON.stringify(first.body)).to.equal(200);
+        expect(first.status, JSON.stringify(first.body)).to.equal(201);
         expect(first.body).to.deep.equal(
           fhirResource('Practitioner', first.body.id, 1, now(), {
             name: [{ family: 'Grey' }],
@@ -1611,11 +1611,36 @@ for (const database of testDatabases) {
           'Questionnaire',
           'QuestionnaireResponse',
           'ValueSet',
+          'AuditEvent',
         ]);
         const byType = Object.fromEntries(rest.resource.map((r: any) => [r.type, r]));
-        for (const r of rest.resource) {
+        // Issue 13: the operations are discoverable, with their definitions.
+        const operations = (type: string) => (byType[type].operation ?? []).map((o: any) => o.name);
+        expect(operations('Questionnaire')).to.deep.equal(['populate']);
+        expect(operations('QuestionnaireResponse')).to.deep.equal([
+          'validate',
+          'generate-narrative',
+          'extract',
+        ]);
+        expect(operations('ValueSet')).to.deep.equal(['expand']);
+        expect(operations('Patient')).to.deep.equal(['everything']);
+        for (const r of rest.resource)
+          for (const o of r.operation ?? [])
+            expect(o.definition, o.name).to.match(/^http:\/\/hl7\.org\/fhir\//);
+        expect(rest.documentation).to.match(/_count.*_sort.*_total/);
+        expect(byType.AuditEvent.interaction.map((i: any) => i.code)).to.deep.equal(['read', 'search-type']);
+        for (const r of rest.resource.filter((x: any) => x.type !== 'AuditEvent')) {
           expect(r.interaction.map((i: any) => i.code).sort(), r.type).to.deep.equal(
-            ['create', 'delete', 'history-instance', 'read', 'search-type', 'update', 'vread'].sort(),
+            [
+              'create',
+              'delete',
+              'history-instance',
+              'history-type',
+              'read',
+              'search-type',
+              'update',
+              'vread',
+            ].sort(),
           );
           expect(r.readHistory, r.type).to.equal(true);
           expect(r.updateCreate, r.type).to.equal(false);

@@ -475,7 +475,7 @@ for (const database of testDatabases) {
             body,
           },
         );
-        expect(res.status, JSON.stringify(res.body)).to.equal(200);
+        expect(res.status, JSON.stringify(res.body)).to.equal(201);
         const events = await eventsSince(before);
         // The match is reserved with the creation, so racing conditional updates converge on one
         // Questionnaire (issue 11), although Questionnaire identifiers are not unique otherwise.

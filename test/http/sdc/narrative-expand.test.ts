@@ -459,8 +459,17 @@ for (const database of testDatabases) {
         expect(preflight.status).to.equal(204);
         expect(preflight.headers.get('access-control-allow-origin')).to.equal(appOrigin());
         expect(preflight.headers.get('access-control-allow-credentials')).to.equal('true');
-        expect(preflight.headers.get('access-control-allow-methods')).to.equal('GET,POST,PUT,DELETE,OPTIONS');
-        expect(preflight.headers.get('access-control-allow-headers')).to.equal('Content-Type,Authorization');
+        expect(preflight.headers.get('access-control-allow-methods')).to.equal(
+          'GET,HEAD,POST,PUT,DELETE,OPTIONS',
+        );
+        expect(preflight.headers.get('access-control-allow-headers')?.split(',')).to.include.members([
+          'Content-Type',
+          'Authorization',
+          'If-Match',
+          'Prefer',
+          'If-None-Exist',
+          'X-Medplum',
+        ]);
 
         const foreign = await fetch(formBackend(`/ValueSet/$expand?url=${encodeURIComponent(lobesUrl)}`), {
           headers: { Origin: 'https://evil.example.com', Authorization: GENERAL },
