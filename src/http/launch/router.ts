@@ -4,7 +4,8 @@
  *   launch, sends the transaction Bundle and creates the session (over HTTP, with the launcher's
  *   client credentials), then sends the browser through the handover to the app (303);
  * - `GET {launch_url}/submitted?response=QuestionnaireResponse/<id>&task=Task/<id>`, the session's
- *   post_submit_redirect: tells the clinician the report was submitted, with its export status.
+ *   post_submit_redirect: tells the clinician the report was submitted, with its export status
+ *   (only to the submitting user's session or a same-tenant session whose scopes cover the response).
  * Errors are HTML pages (the app's error middleware treats this prefix like the app host).
  */
 import Router from '@koa/router';
@@ -14,14 +15,16 @@ import { launch } from '../../commands/launch.js';
 import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
+import { isAllowed, targetOf } from '../../fhir/access.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
 import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
+import { readResource } from '../../projections/resources.js';
 import { escapeHtml, layout } from '../app/layout.js';
 import { noteAgent, noteAudit } from '../audit.js';
-import { globalRedirectOrigins } from '../auth/sessions.js';
+import { globalRedirectOrigins, sessionFromCookie } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
-import { clientPrincipal } from '../fhir/principal.js';
+import { clientPrincipal, sessionPrincipal } from '../fhir/principal.js';
 
 /**
  * The export status of a QuestionnaireResponse (`exportStatus` of the export module); a failure to
@@ -41,10 +44,13 @@ export const readExportStatus = async (
   }
 };
 
-/** The clinician-facing text of an export status: a short label and a sentence. */
+/**
+ * The clinician-facing text of an export status: a short label and a sentence. Until retrying has
+ * ended (ReportExportAbandoned) a failed attempt is not a failure to the clinician: the report is
+ * saved and still being sent (issue 15).
+ */
 export const exportStatusText = (status: ExportStatus | undefined): { label: string; detail: string } => {
   if (!status) return { label: 'unknown', detail: 'The export status of this report is not known.' };
-  const attempts = `${status.attempts} attempt${status.attempts === 1 ? '' : 's'}`;
   switch (status.state) {
     case 'delivered':
       return {
@@ -52,14 +58,22 @@ export const exportStatusText = (status: ExportStatus | undefined): { label: str
         detail: `The report was delivered to the hospital system${status.deliveredAt ? ` at ${status.deliveredAt}` : ''}.`,
       };
     case 'pending':
-      return {
-        label: 'pending',
-        detail: `The report is being sent to the hospital system (${attempts} so far).`,
-      };
     case 'failed':
       return {
+        label: 'sending',
+        detail: 'The report is saved in casebook and is still being sent to the hospital system.',
+      };
+    case 'abandoned':
+      return {
         label: 'failed',
-        detail: `The report could not be delivered to the hospital system after ${attempts}. Please contact IT support.`,
+        detail:
+          'Delivery to the hospital system failed. The report is saved in casebook. Please contact IT support.',
+      };
+    case 'skipped':
+      return {
+        label: 'not sent',
+        detail:
+          'The report is saved in casebook; it was written before the export was set up and was not sent.',
       };
     case 'disabled':
       return { label: 'disabled', detail: 'Export to the hospital system is not configured.' };
@@ -211,6 +225,19 @@ export const launchRouter = (casebook: Casebook): Router => {
   router.get('/submitted', async (ctx) => {
     const responseId = reference(ctx, 'response', 'QuestionnaireResponse');
     const taskId = reference(ctx, 'task', 'Task');
+    ctx.set('Cache-Control', 'no-store');
+    // Only the submitting user's session, or a session of the same tenant whose scopes cover the
+    // response, sees its state (issue 15); another tenant learns nothing, not even that it exists.
+    const session = await sessionFromCookie(ctx, casebook);
+    const row = await readResource(casebook.sql, 'QuestionnaireResponse', responseId, session.tenantId);
+    if (!row || row.deleted)
+      throw new HttpError(
+        404,
+        'NotFound',
+        `QuestionnaireResponse/${responseId} is not known in this session's tenant`,
+      );
+    if (!isAllowed(await sessionPrincipal(casebook, session), 'r', targetOf(row)))
+      throw new HttpError(403, 'ScopeNotGranted', "this session's scopes do not cover this report");
     const status = await readExportStatus(casebook, responseId);
     ctx.status = 200;
     ctx.type = 'text/html; charset=utf-8';

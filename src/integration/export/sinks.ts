@@ -8,6 +8,7 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { sanitizeOutsideText } from './outside-text.js';
 
 export interface HospitalIdentifier {
   readonly system: string;
@@ -26,6 +27,11 @@ export interface Report {
   readonly version: number;
   /** QuestionnaireResponse.authored, when given. */
   readonly authored?: string | undefined;
+  /**
+   * When the report version was queued (ISO 8601): the message time of an HL7 message, so every
+   * attempt sends the same bytes.
+   */
+  readonly queuedAt?: string | undefined;
 }
 
 export interface Sink {
@@ -107,7 +113,8 @@ const fileSink = (url: URL): Sink => {
     label: 'file://',
     deliver: async (report) => {
       await mkdir(dir, { recursive: true });
-      const name = join(dir, `${report.responseId}-v${report.version}.txt`);
+      // The key names the file: unique across installations, stable across attempts.
+      const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
       const tmp = `${name}.tmp`;
       await writeFile(tmp, report.text, 'utf8');
       await rename(tmp, name);
@@ -230,7 +237,9 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
           () => finish(new Error(`no MLLP acknowledgement within ${timeoutMs} ms`)),
           timeoutMs,
         );
-        socket.on('connect', () => socket.write(mllpFrame(buildOru(report))));
+        socket.on('connect', () =>
+          socket.write(mllpFrame(buildOru(report, report.queuedAt ? new Date(report.queuedAt) : undefined))),
+        );
         socket.on('data', (chunk: Buffer) => {
           received = Buffer.concat([received, chunk]);
           const start = received.indexOf(VT);
@@ -238,9 +247,20 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
           if (start < 0 || end < 0) return;
           const ack = received.subarray(start + 1, end).toString('utf8');
           const msa = ack.split(/\r\n?|\n/).find((s) => s.startsWith('MSA|'));
-          const code = msa?.split('|')[1];
+          const fields = msa?.split('|') ?? [];
+          const code = fields[1];
           if (code === 'AA' || code === 'CA') finish();
-          else finish(new Error(`HL7 receiver answered ${code ?? 'without MSA'}`));
+          else {
+            // The receiver's words are outside text: made safe and bounded before they reach an event.
+            const text = fields[3] ? `: ${sanitizeOutsideText(fields[3], 200)}` : '';
+            finish(
+              new Error(
+                code === undefined
+                  ? 'HL7 receiver answered without an MSA segment'
+                  : `HL7 receiver answered ${sanitizeOutsideText(code, 20)}${text}`,
+              ),
+            );
+          }
         });
         socket.on('error', (error) => finish(error));
         socket.on('close', () => finish(new Error('MLLP connection closed before the acknowledgement')));
