@@ -170,16 +170,13 @@ for (const database of testDatabases) {
         expect((await app.allEvents()).length).to.equal(before);
       });
 
-    it('shows the submitted page with the export status', async () => {
+    it('answers 401 on the submitted page without the session cookie (the export status is not public)', async () => {
       const res = await get(`${app.baseUrl}/launch/submitted?response=QuestionnaireResponse/12&task=Task/34`);
-      expect(res.status).to.equal(200);
+      expect(res.status).to.equal(401);
       expect(res.headers.get('content-type')).to.match(/^text\/html/);
       const html = await res.text();
-      expect(html).to.include('Report submitted');
-      expect(html).to.include('QuestionnaireResponse/12');
-      expect(html).to.match(
-        /Status: <span class="badge export-(unknown|pending|delivered|failed|disabled)">/,
-      );
+      expect(html).not.to.include('Status: <span class="badge');
+      expect(html).to.include('auth_session');
     });
 
     it('answers 400 on the submitted page without valid references', async () => {
