@@ -1,0 +1,515 @@
+/**
+ * Report export a hospital can run on (issue 15), on PGlite and on the Postgres server, against
+ * real HTTP and MLLP sinks started here and real casebook processes: outside text made safe,
+ * a stuck report delaying only itself, the text pinned when queued, keys unique across stores,
+ * the resend after kill -9, abandonment and `casebook export retry`, and the status page (real
+ * Chromium) behind the session cookie.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import type { Page } from 'playwright-core';
+import { requeueExport } from '../../src/commands/export.js';
+import type { RecordedEvent } from '../../src/eventstore/port.js';
+import { sha256Hex } from '../../src/integration/export/exporter.js';
+import { exportStatus } from '../../src/integration/export/status.js';
+import { generateNarrative } from '../../src/sdc/narrative.js';
+import type { QuestionnaireResponse } from '../../src/sdc/types.js';
+import { chromiumMissing, launchBrowser, screenshot } from '../app/support.js';
+import { basic, MANAGED, seed, startTestApp, type TestApp } from '../support/app.js';
+import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
+import { fhir, sessionCookie } from '../support/fhir.js';
+import { cli, type RunningServer, startServer } from '../support/process.js';
+import { httpReceiver, mllpListener } from '../support/sinks.js';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `check` until it returns a truthy value. */
+const eventually = async <T>(check: () => Promise<T> | T, what: string, timeoutMs = 30_000): Promise<T> => {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+};
+
+const QUESTIONNAIRE_URL = 'https://forms.example.org/Questionnaire/export-chest-ct';
+
+/** A Patient of the general tenant (id). */
+const newPatient = async (app: TestApp, auth?: string): Promise<string> => {
+  const res = await fhir(app, 'POST', '/Patient', {
+    body: { resourceType: 'Patient', name: [{ family: 'Doe' }] },
+    ...(auth ? { auth } : {}),
+  });
+  expect(res.status, JSON.stringify(res.body)).to.equal(201);
+  return res.body.id;
+};
+
+/** A completed QuestionnaireResponse about `patientId` (id). */
+const completedResponse = async (app: TestApp, patientId: string, findings: string): Promise<string> => {
+  const res = await fhir(app, 'POST', '/QuestionnaireResponse', {
+    body: {
+      resourceType: 'QuestionnaireResponse',
+      questionnaire: QUESTIONNAIRE_URL,
+      status: 'completed',
+      subject: { reference: `Patient/${patientId}` },
+      authored: '2026-03-01T09:30:00Z',
+      item: [{ linkId: 'findings', answer: [{ valueString: findings }] }],
+    },
+  });
+  expect(res.status, JSON.stringify(res.body)).to.equal(201);
+  return res.body.id;
+};
+
+const streamOf = (app: TestApp, id: string): Promise<RecordedEvent[]> =>
+  app.casebook.store.readStream(`export-QuestionnaireResponse-${id}`);
+
+const eventOf = async (app: TestApp, id: string, type: string) =>
+  (await streamOf(app, id)).find((e) => e.type === type);
+
+const data = (e: RecordedEvent | undefined): any => e?.data;
+
+/** The status page of a report, as the browser of `cookie`'s session sees it. */
+const statusPage = (app: TestApp, id: string) =>
+  `${app.baseUrl}/launch/submitted?response=QuestionnaireResponse/${id}&task=Task/1`;
+
+for (const database of testDatabases) {
+  describe(`report export a hospital can run on (${database.name})`, function () {
+    this.timeout(120_000);
+
+    describe('an HL7 acknowledgement with NUL and control characters', () => {
+      let app: TestApp;
+      let listener: Awaited<ReturnType<typeof mllpListener>>;
+      before(async () => {
+        listener = await mllpListener();
+        app = await startTestApp(database, {
+          env: { EXPORT_SINK: listener.url, EXPORT_RETRY_BASE_MS: '200', EXPORT_RETRY_MAX_MS: '400' },
+        });
+        await seed(app);
+      });
+      after(async () => {
+        await app?.close();
+        listener?.close();
+      });
+
+      it('is recorded readably, every read model keeps going, and the report is delivered when the listener answers AA', async () => {
+        listener.state.code = 'A\u0000E';
+        listener.state.text = 'bad\u0001\u0007text\u0000';
+        const patient = await newPatient(app);
+        const id = await completedResponse(app, patient, 'No acute findings');
+        const failed = await eventually(() => eventOf(app, id, 'ReportExportFailed'), 'a failed attempt');
+        expect(data(failed).error).to.equal('HL7 receiver answered A\\x00E: bad\\x01\\x07text\\x00');
+        // biome-ignore lint/suspicious/noControlCharactersInRegex: asserting there are none
+        expect(data(failed).error).not.to.match(/[\u0000-\u001f\u007f]/);
+        // The outbox read model took it: the status shows the reason, and writes stay visible.
+        await eventually(
+          async () => (await exportStatus(app.casebook.sql, Number(id)))?.lastError === data(failed).error,
+          'the readable reason in the outbox',
+        );
+        const other = await newPatient(app);
+        expect((await fhir(app, 'GET', `/Patient/${other}`)).status).to.equal(200);
+        const ready = await fetch(`${app.baseUrl}/readyz`);
+        const readiness = (await ready.json()) as any;
+        expect(ready.status, JSON.stringify(readiness)).to.equal(200);
+        expect(readiness.projections.every((p: any) => p.status === 'live')).to.equal(true);
+
+        listener.state.code = 'AA';
+        listener.state.text = '';
+        const exported = await eventually(() => eventOf(app, id, 'ReportExported'), 'the delivery on AA');
+        const queued = await eventOf(app, id, 'ReportExportQueued');
+        expect(data(exported).sha256).to.equal(data(queued).sha256);
+        expect(await exportStatus(app.casebook.sql, Number(id))).to.deep.include({ state: 'delivered' });
+      });
+    });
+
+    describe('one hanging report among 50', () => {
+      let app: TestApp;
+      let receiver: Awaited<ReturnType<typeof httpReceiver>>;
+      before(async () => {
+        receiver = await httpReceiver();
+        receiver.state.hang = (body) => body.includes('HANG-ME');
+        app = await startTestApp(database, { env: { EXPORT_SINK: receiver.url } });
+        await seed(app);
+      });
+      after(async () => {
+        await app?.close();
+        receiver?.close();
+      });
+
+      it('delays only itself: the other 49 are delivered within 2 s of their submission', async () => {
+        const patient = await newPatient(app);
+        const stuck = await completedResponse(app, patient, 'HANG-ME');
+        const submitted = new Map<string, number>();
+        for (let i = 0; i < 49; i++) {
+          const id = await completedResponse(app, patient, `Report ${i}`);
+          submitted.set(id, Date.now());
+        }
+        await eventually(() => receiver.accepted().length >= 49, '49 deliveries');
+        const latencies = [...submitted].map(([id, at]) => {
+          const delivery = receiver.accepted().find((d) => d.key.endsWith(`:qr-${id}-v1`));
+          expect(delivery, `QuestionnaireResponse/${id}`).to.not.equal(undefined);
+          return delivery!.at - at;
+        });
+        latencies.sort((a, b) => a - b);
+        console.log(
+          `      49 reports beside a hanging one: delivery latency p50 ${latencies[24]} ms, max ${latencies.at(-1)} ms`,
+        );
+        expect(latencies.at(-1)).to.be.below(2000);
+        expect(receiver.accepted().some((d) => d.key.endsWith(`:qr-${stuck}-v1`))).to.equal(false);
+        expect(await exportStatus(app.casebook.sql, Number(stuck))).to.deep.include({ state: 'pending' });
+      });
+    });
+
+    describe('the text of a report version', () => {
+      let app: TestApp;
+      let receiver: Awaited<ReturnType<typeof httpReceiver>>;
+      before(async () => {
+        receiver = await httpReceiver();
+        app = await startTestApp(database, {
+          env: { EXPORT_SINK: receiver.url, EXPORT_RETRY_BASE_MS: '300', EXPORT_RETRY_MAX_MS: '300' },
+        });
+        await seed(app);
+      });
+      after(async () => {
+        await app?.close();
+        receiver?.close();
+      });
+
+      it('is pinned when queued: deleting the Questionnaire between a failed and a successful attempt changes no byte, and the hash is in the log', async () => {
+        const q = await fhir(app, 'POST', '/Questionnaire', {
+          body: {
+            resourceType: 'Questionnaire',
+            url: QUESTIONNAIRE_URL,
+            title: 'Chest CT structured report',
+            status: 'active',
+            item: [{ linkId: 'findings', text: 'Findings of the chest CT', type: 'string' }],
+          },
+        });
+        expect(q.status, JSON.stringify(q.body)).to.equal(201);
+        receiver.state.status = 503;
+        const patient = await newPatient(app);
+        const id = await completedResponse(app, patient, 'Small nodule');
+        await eventually(() => eventOf(app, id, 'ReportExportFailed'), 'a failed attempt');
+        const first = receiver.deliveries.find((d) => d.key.endsWith(`:qr-${id}-v1`))!;
+        expect(first.body).to.include('Chest CT structured report');
+        expect((await fhir(app, 'DELETE', `/Questionnaire/${q.body.id}`)).status).to.be.oneOf([200, 204]);
+        receiver.state.status = 200;
+        const exported = await eventually(() => eventOf(app, id, 'ReportExported'), 'the delivery');
+        const accepted = receiver.accepted().filter((d) => d.key === first.key);
+        expect(accepted).to.have.length(1);
+        expect(accepted[0]!.body).to.equal(first.body);
+        const queued = await eventOf(app, id, 'ReportExportQueued');
+        expect(data(queued).text).to.equal(first.body);
+        expect(data(queued).sha256).to.equal(sha256Hex(first.body));
+        expect(data(queued).byteLength).to.equal(Buffer.byteLength(first.body));
+        expect(data(exported)).to.deep.include({ sha256: sha256Hex(first.body), key: first.key });
+        // Rendering again now would send other text: the pin is what kept it.
+        const now = await fhir(app, 'GET', `/QuestionnaireResponse/${id}`);
+        expect(generateNarrative(now.body as QuestionnaireResponse).text).not.to.equal(first.body);
+      });
+    });
+
+    describe('two stores and one sink', () => {
+      it('never send the same key', async () => {
+        const receiver = await httpReceiver();
+        const apps = [
+          await startTestApp(database, { env: { EXPORT_SINK: receiver.url } }),
+          await startTestApp(database, { env: { EXPORT_SINK: receiver.url } }),
+        ];
+        try {
+          const ids: string[] = [];
+          for (const app of apps) {
+            await seed(app);
+            ids.push(await completedResponse(app, await newPatient(app), 'No acute findings'));
+          }
+          await eventually(() => receiver.accepted().length >= 2, 'both deliveries');
+          const keys = receiver.accepted().map((d) => d.key);
+          expect(new Set(keys).size).to.equal(keys.length);
+          // The same resource id and version in both stores: only the installation tells them apart.
+          expect(ids[0]).to.equal(ids[1]);
+          expect(keys.map((k) => k.split(':')[1])).to.deep.equal([`qr-${ids[0]}-v1`, `qr-${ids[0]}-v1`]);
+        } finally {
+          for (const app of apps) await app.close();
+          receiver.close();
+        }
+      });
+    });
+
+    describe('abandonment and `casebook export retry`', () => {
+      let app: TestApp;
+      let receiver: Awaited<ReturnType<typeof httpReceiver>>;
+      before(async () => {
+        receiver = await httpReceiver();
+        app = await startTestApp(database, {
+          env: {
+            EXPORT_SINK: receiver.url,
+            EXPORT_MAX_ATTEMPTS: '2',
+            EXPORT_TIMEOUT_MS: '1500',
+            EXPORT_RETRY_BASE_MS: '100',
+            EXPORT_RETRY_MAX_MS: '200',
+          },
+        });
+        await seed(app);
+      });
+      after(async () => {
+        await app?.close();
+        receiver?.close();
+      });
+
+      it('abandons after the limit, delivers after the retry, and the status page says so at each stage (Chromium)', async function () {
+        if (chromiumMissing()) {
+          console.log('      skipped: /usr/bin/chromium is not installed');
+          this.skip();
+        }
+        const patient = await newPatient(app);
+        const { cookie } = await sessionCookie(app, { patient: Number(patient), scope: 'patient/*.*' });
+        const browser = await launchBrowser();
+        try {
+          const context = await browser.newContext();
+          const [name, value] = cookie.cookie.split('=') as [string, string];
+          await context.addCookies([{ name, value, url: app.baseUrl }]);
+          const page = await context.newPage();
+          const look = async (id: string, stage: string) => {
+            const res = await page.goto(statusPage(app, id));
+            expect(res!.status()).to.equal(200);
+            await screenshot(page, `export-status-${database.name}-${stage}`);
+            return { label: await page.locator('.badge').innerText(), text: await textOf(page) };
+          };
+
+          // 1. The sink does not answer: attempts time out; the report is still being sent.
+          receiver.state.hang = () => true;
+          const id = await completedResponse(app, patient, 'No acute findings');
+          await eventually(() => streamOf(app, id).then((s) => s.length > 0), 'queued');
+          const sending = await look(id, '1-sending');
+          expect(sending.label).to.equal('sending');
+          expect(sending.text).to.include('saved in casebook and is still being sent');
+          expect(sending.text).not.to.include('contact IT');
+
+          // 2. After EXPORT_MAX_ATTEMPTS the report version is abandoned, with the reason.
+          const abandoned = await eventually(
+            () => eventOf(app, id, 'ReportExportAbandoned'),
+            'the abandonment',
+          );
+          expect(data(abandoned).reason).to.match(/^gave up after 2 attempts; last error: no answer from/);
+          const events = await streamOf(app, id);
+          expect(events.filter((e) => e.type === 'ReportExportFailed')).to.have.length(2);
+          await eventually(
+            async () => (await exportStatus(app.casebook.sql, Number(id)))?.state === 'abandoned',
+            'the abandoned outbox row',
+          );
+          const failed = await look(id, '2-abandoned');
+          expect(failed.label).to.equal('failed');
+          expect(failed.text).to.include('Delivery to the hospital system failed');
+          expect(failed.text).to.include('contact IT support');
+          await sleep(500);
+          expect((await streamOf(app, id)).length, 'no attempt after the abandonment').to.equal(
+            events.length,
+          );
+
+          // 3. The sink is back; IT requeues the report (the CLI on the server; PGlite in memory
+          // cannot be opened by a second process, so there the CLI's command runs in-process).
+          receiver.state.hang = () => false;
+          receiver.state.status = 200;
+          if (database.name === 'postgres') {
+            const [{ schema }] = (await app.casebook.sql.query<{ schema: string }>(
+              `SELECT current_schema() AS schema`,
+            )) as [{ schema: string }];
+            const url = new URL(POSTGRES_TEST_URL);
+            url.searchParams.set('options', `-c search_path=${schema}`);
+            const out = await cli(['export', 'retry', '--report', id, '--tenant', '1'], {
+              DATABASE_URL: url.toString(),
+            });
+            expect(JSON.parse(out)).to.deep.equal({ requeued: [`QuestionnaireResponse/${id}/_history/1`] });
+          } else {
+            await requeueExport(
+              app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'cli:test' } }),
+              Number(id),
+              'cli:test',
+            );
+          }
+          const exported = await eventually(() => eventOf(app, id, 'ReportExported'), 'the delivery');
+          expect(data(exported).attempt).to.equal(3);
+          const types = (await streamOf(app, id)).map((e) => e.type);
+          expect(types).to.deep.equal([
+            'ReportExportQueued',
+            'ReportExportFailed',
+            'ReportExportFailed',
+            'ReportExportAbandoned',
+            'ReportExportRequeued',
+            'ReportExported',
+          ]);
+          await eventually(
+            async () => (await exportStatus(app.casebook.sql, Number(id)))?.state === 'delivered',
+            'the delivered outbox row',
+          );
+          const delivered = await look(id, '3-delivered');
+          expect(delivered.label).to.equal('delivered');
+          expect(delivered.text).to.include('The report was delivered to the hospital system');
+        } finally {
+          await browser.close();
+        }
+      });
+
+      it('refuses a retry when nothing is abandoned (409 refusal, nothing written)', async () => {
+        const id = await completedResponse(app, await newPatient(app), 'Nothing to retry');
+        await eventually(() => eventOf(app, id, 'ReportExported'), 'the delivery');
+        const before = (await streamOf(app, id)).length;
+        let refused: unknown;
+        try {
+          await requeueExport(
+            app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'cli:test' } }),
+            Number(id),
+            'cli:test',
+          );
+        } catch (error) {
+          refused = error;
+        }
+        expect(refused).to.have.property('code', 'ExportNotAbandoned');
+        expect((await streamOf(app, id)).length).to.equal(before);
+      });
+
+      it('the status page answers 401 without a cookie, 404 to another tenant and 403 to a session whose scopes do not cover it', async () => {
+        const patient = await newPatient(app);
+        const id = await completedResponse(app, patient, 'Private findings');
+        const noCookie = await fetch(statusPage(app, id));
+        expect(noCookie.status).to.equal(401);
+        const page = await noCookie.text();
+        expect(page).not.to.include('Status: <span');
+
+        const managedPatient = await newPatient(app, MANAGED);
+        const other = await sessionCookie(
+          app,
+          { patient: Number(managedPatient), scope: 'patient/*.*' },
+          MANAGED,
+        );
+        const otherTenant = await fetch(statusPage(app, id), { headers: { Cookie: other.cookie.cookie } });
+        expect(otherTenant.status).to.equal(404);
+        expect(await otherTenant.text()).not.to.include('Status: <span');
+
+        const elsewhere = await sessionCookie(app, {
+          patient: Number(await newPatient(app)),
+          scope: 'patient/*.*',
+        });
+        const uncovered = await fetch(statusPage(app, id), { headers: { Cookie: elsewhere.cookie.cookie } });
+        expect(uncovered.status).to.equal(403);
+
+        const own = await sessionCookie(app, { patient: Number(patient), scope: 'patient/*.*' });
+        const covered = await fetch(statusPage(app, id), { headers: { Cookie: own.cookie.cookie } });
+        expect(covered.status).to.equal(200);
+        expect(await covered.text()).to.match(/Status: <span class="badge export-(sending|delivered)">/);
+      });
+    });
+
+    describe('kill -9 after the sink accepted (real process)', () => {
+      let server: RunningServer | undefined;
+      let cleanup: () => Promise<void> = async () => undefined;
+      after(async () => {
+        await server?.kill();
+        await cleanup();
+      });
+
+      it('resends the same key and the same bytes', async () => {
+        const receiver = await httpReceiver();
+        const dir = mkdtempSync(join(tmpdir(), 'casebook-export-kill-'));
+        const seedFile = join(dir, 'seed.json');
+        writeFileSync(
+          seedFile,
+          JSON.stringify({
+            tenants: [
+              {
+                name: 'Kill Hospital',
+                allowed_scopes: 'user/*.* patient/*.*',
+                clients: [
+                  {
+                    client_id: 'kill-ehr',
+                    client_secret: 'kill-secret-0123456789',
+                    scopes: 'system/*.*',
+                    projects: ['demo'],
+                  },
+                ],
+                questionnaires: [],
+              },
+            ],
+          }),
+        );
+        let env: Record<string, string>;
+        if (database.name === 'postgres') {
+          const { PostgresSql } = await import('../../src/db/sql.js');
+          const schema = `x_${Math.random().toString(16).slice(2, 12)}`;
+          const admin = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+          await admin.exec(`CREATE SCHEMA ${schema}`);
+          const url = new URL(POSTGRES_TEST_URL);
+          url.searchParams.set('options', `-c search_path=${schema}`);
+          env = { DATABASE_URL: url.toString() };
+          cleanup = async () => {
+            await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+            await admin.close();
+            rmSync(dir, { recursive: true, force: true });
+            receiver.close();
+          };
+        } else {
+          env = { DATA_DIR: join(dir, 'data') };
+          cleanup = async () => {
+            rmSync(dir, { recursive: true, force: true });
+            receiver.close();
+          };
+        }
+        env = { ...env, CASEBOOK_SEED: seedFile, EXPORT_SINK: receiver.url };
+        const auth = basic('kill-ehr', 'kill-secret-0123456789');
+        // The sink stores the report, then the process dies before it hears the answer.
+        let killed = false;
+        receiver.state.onAccepted = async () => {
+          if (killed) return;
+          killed = true;
+          await server!.kill();
+        };
+        server = await startServer(env);
+        const api = async (path: string, body: unknown) => {
+          const res = await fetch(`http://127.0.0.1:${server!.port}/fhir/r5${path}`, {
+            method: 'POST',
+            headers: { Authorization: auth, 'Content-Type': 'application/fhir+json' },
+            body: JSON.stringify(body),
+          });
+          expect(res.status).to.equal(201);
+          return (await res.json()) as { id: string };
+        };
+        const patient = await api('/Patient', { resourceType: 'Patient', name: [{ family: 'Doe' }] });
+        const response = await api('/QuestionnaireResponse', {
+          resourceType: 'QuestionnaireResponse',
+          status: 'completed',
+          subject: { reference: `Patient/${patient.id}` },
+          item: [{ linkId: 'findings', text: 'Findings', answer: [{ valueString: 'Crash course' }] }],
+        });
+        await eventually(
+          () => killed && receiver.accepted().length === 1,
+          'the first acceptance and the kill',
+        );
+        await sleep(200);
+        server = await startServer(env);
+        await eventually(() => receiver.accepted().length >= 2, 'the resend after the restart', 60_000);
+        const [first, second] = receiver.accepted();
+        expect(second!.key).to.equal(first!.key);
+        expect(second!.key).to.match(new RegExp(`^[0-9a-f-]{36}:qr-${response.id}-v1$`));
+        expect(second!.body).to.equal(first!.body);
+        await server.stop();
+        server = undefined;
+        const out = await cli(
+          ['events', 'export', '--stream', `export-QuestionnaireResponse-${response.id}`],
+          env,
+        );
+        const events = out
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line) as { type: string; data: any });
+        expect(events.map((e) => e.type)).to.deep.equal(['ReportExportQueued', 'ReportExported']);
+        expect(events[1]!.data).to.deep.include({ key: first!.key, sha256: sha256Hex(first!.body) });
+      });
+    });
+  });
+}
+
+/** The visible text of the page's card. */
+const textOf = (page: Page) => page.locator('main').innerText();
