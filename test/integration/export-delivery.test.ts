@@ -19,7 +19,7 @@ import type { QuestionnaireResponse } from '../../src/sdc/types.js';
 import { chromiumMissing, launchBrowser, screenshot } from '../app/support.js';
 import { basic, MANAGED, seed, startTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
-import { fhir, sessionCookie } from '../support/fhir.js';
+import { fhir, ROLE_NEW, sessionCookie } from '../support/fhir.js';
 import { cli, type RunningServer, startServer } from '../support/process.js';
 import { httpReceiver, mllpListener } from '../support/sinks.js';
 
@@ -62,6 +62,26 @@ const completedResponse = async (app: TestApp, patientId: string, findings: stri
   });
   expect(res.status, JSON.stringify(res.body)).to.equal(201);
   return res.body.id;
+};
+
+/** A session of `patientId`'s compartment (`patient/*.*`) for a new Practitioner: its cookie. */
+const patientSession = async (app: TestApp, patientId: string, auth?: string) => {
+  const { cookie } = await sessionCookie(
+    app,
+    {
+      patient: Number(patientId),
+      scope: 'patient/*.*',
+      fhirContext: [
+        {
+          type: 'Practitioner',
+          identifier: { system: 'urn:test:staff', value: `dr-${Math.random().toString(36).slice(2)}` },
+          role: ROLE_NEW,
+        },
+      ],
+    },
+    ...(auth ? [auth] : []),
+  );
+  return cookie;
 };
 
 const streamOf = (app: TestApp, id: string): Promise<RecordedEvent[]> =>
@@ -265,7 +285,7 @@ for (const database of testDatabases) {
           this.skip();
         }
         const patient = await newPatient(app);
-        const { cookie } = await sessionCookie(app, { patient: Number(patient), scope: 'patient/*.*' });
+        const cookie = await patientSession(app, patient);
         const browser = await launchBrowser();
         try {
           const context = await browser.newContext();
@@ -380,24 +400,17 @@ for (const database of testDatabases) {
         expect(page).not.to.include('Status: <span');
 
         const managedPatient = await newPatient(app, MANAGED);
-        const other = await sessionCookie(
-          app,
-          { patient: Number(managedPatient), scope: 'patient/*.*' },
-          MANAGED,
-        );
-        const otherTenant = await fetch(statusPage(app, id), { headers: { Cookie: other.cookie.cookie } });
+        const other = await patientSession(app, managedPatient, MANAGED);
+        const otherTenant = await fetch(statusPage(app, id), { headers: { Cookie: other.cookie } });
         expect(otherTenant.status).to.equal(404);
         expect(await otherTenant.text()).not.to.include('Status: <span');
 
-        const elsewhere = await sessionCookie(app, {
-          patient: Number(await newPatient(app)),
-          scope: 'patient/*.*',
-        });
-        const uncovered = await fetch(statusPage(app, id), { headers: { Cookie: elsewhere.cookie.cookie } });
+        const elsewhere = await patientSession(app, await newPatient(app));
+        const uncovered = await fetch(statusPage(app, id), { headers: { Cookie: elsewhere.cookie } });
         expect(uncovered.status).to.equal(403);
 
-        const own = await sessionCookie(app, { patient: Number(patient), scope: 'patient/*.*' });
-        const covered = await fetch(statusPage(app, id), { headers: { Cookie: own.cookie.cookie } });
+        const own = await patientSession(app, patient);
+        const covered = await fetch(statusPage(app, id), { headers: { Cookie: own.cookie } });
         expect(covered.status).to.equal(200);
         expect(await covered.text()).to.match(/Status: <span class="badge export-(sending|delivered)">/);
       });
@@ -473,13 +486,15 @@ for (const database of testDatabases) {
             headers: { Authorization: auth, 'Content-Type': 'application/fhir+json' },
             body: JSON.stringify(body),
           });
-          expect(res.status).to.equal(201);
-          return (await res.json()) as { id: string };
+          const json = (await res.json()) as { id: string };
+          expect(res.status, JSON.stringify(json)).to.equal(201);
+          return json;
         };
         const patient = await api('/Patient', { resourceType: 'Patient', name: [{ family: 'Doe' }] });
         const response = await api('/QuestionnaireResponse', {
           resourceType: 'QuestionnaireResponse',
           status: 'completed',
+          questionnaire: QUESTIONNAIRE_URL,
           subject: { reference: `Patient/${patient.id}` },
           item: [{ linkId: 'findings', text: 'Findings', answer: [{ valueString: 'Crash course' }] }],
         });
