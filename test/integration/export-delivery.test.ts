@@ -5,20 +5,28 @@
  * the resend after kill -9, abandonment and `casebook export retry`, and the status page (real
  * Chromium) behind the session cookie.
  */
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import pino from 'pino';
 import type { Page } from 'playwright-core';
-import { requeueExport } from '../../src/commands/export.js';
+import { openCasebook } from '../../src/casebook.js';
+import { decideBacklog, requeueExport } from '../../src/commands/export.js';
+import { loadConfig } from '../../src/config.js';
+import type { Sql } from '../../src/db/sql.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
+import { createHttpApp } from '../../src/http/app.js';
 import { sha256Hex } from '../../src/integration/export/exporter.js';
 import { exportStatus } from '../../src/integration/export/status.js';
 import { generateNarrative } from '../../src/sdc/narrative.js';
 import type { QuestionnaireResponse } from '../../src/sdc/types.js';
 import { chromiumMissing, launchBrowser, screenshot } from '../app/support.js';
 import { basic, MANAGED, seed, startTestApp, type TestApp } from '../support/app.js';
-import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
+import { type OpenedDatabase, POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
 import { fhir, ROLE_NEW, sessionCookie } from '../support/fhir.js';
 import { cli, type RunningServer, startServer } from '../support/process.js';
 import { httpReceiver, mllpListener } from '../support/sinks.js';
@@ -151,7 +159,9 @@ for (const database of testDatabases) {
       before(async () => {
         receiver = await httpReceiver();
         receiver.state.hang = (body) => body.includes('HANG-ME');
-        app = await startTestApp(database, { env: { EXPORT_SINK: receiver.url } });
+        app = await startTestApp(database, {
+          env: { EXPORT_SINK: receiver.url, EXPORT_PENDING_WARN_AFTER: '1s' },
+        });
         await seed(app);
       });
       after(async () => {
@@ -180,6 +190,25 @@ for (const database of testDatabases) {
         expect(latencies.at(-1)).to.be.below(2000);
         expect(receiver.accepted().some((d) => d.key.endsWith(`:qr-${stuck}-v1`))).to.equal(false);
         expect(await exportStatus(app.casebook.sql, Number(stuck))).to.deep.include({ state: 'pending' });
+
+        // Visible: /metrics counts deliveries by outcome and sink and shows the outbox; /readyz
+        // warns about the report pending too long, without failing.
+        await sleep(1100);
+        const metrics = await (await fetch(`${app.baseUrl}/metrics`)).text();
+        const sink = `http://127.0.0.1:${receiver.port}`;
+        expect(metrics).to.include(`casebook_export_deliveries_total{outcome="delivered",sink="${sink}"} 49`);
+        const attempts = new RegExp(`casebook_export_attempts_total\\{sink="${sink}"\\} (\\d+)`).exec(
+          metrics,
+        );
+        expect(Number(attempts?.[1])).to.be.at.least(50);
+        expect(metrics).to.match(/casebook_export_pending 1\n/);
+        expect(Number(/^casebook_export_oldest_pending_seconds (\S+)$/m.exec(metrics)![1])).to.be.above(1);
+        const ready = await fetch(`${app.baseUrl}/readyz`);
+        const body = (await ready.json()) as any;
+        expect(ready.status).to.equal(200);
+        expect(body.status).to.equal('ready');
+        expect(body.export.pending).to.equal(1);
+        expect(body.export.warnings.join(' ')).to.match(/a report has waited \d+ s for delivery/);
       });
     });
 
@@ -416,6 +445,90 @@ for (const database of testDatabases) {
       });
     });
 
+    describe('a store with reports older than the sink configuration', () => {
+      it('holds the backlog until a choice, sends new reports at once, and sends only what the choice covers', async () => {
+        const opened = await database.open();
+        const receiver = await httpReceiver();
+        try {
+          const first = await startOn(opened, {});
+          const old: string[] = [];
+          let since = '';
+          try {
+            await seed(first);
+            const patient = await newPatient(first);
+            old.push(await completedResponse(first, patient, 'Backlog 1'));
+            old.push(await completedResponse(first, patient, 'Backlog 2'));
+            await sleep(20);
+            since = new Date().toISOString();
+            await sleep(20);
+            old.push(await completedResponse(first, patient, 'Backlog 3'));
+          } finally {
+            await first.close();
+          }
+          if (database.name === 'postgres') {
+            // `casebook export` asks for the choice instead of sending the backlog silently.
+            const [{ schema }] = (await opened.sql.query<{ schema: string }>(
+              `SELECT current_schema() AS schema`,
+            )) as [{ schema: string }];
+            const url = new URL(POSTGRES_TEST_URL);
+            url.searchParams.set('options', `-c search_path=${schema}`);
+            const refused = await cli(['export'], {
+              DATABASE_URL: url.toString(),
+              EXPORT_SINK: receiver.url,
+            }).then(
+              () => undefined,
+              (error: { code?: number; stderr?: string }) => error,
+            );
+            expect(refused?.code).to.equal(2);
+            expect(refused?.stderr).to.match(
+              /3 report version\(s\) were written before the export sink was configured/,
+            );
+            expect(refused?.stderr).to.include('--since <instant>');
+          }
+          const second = await startOn(opened, { EXPORT_SINK: receiver.url });
+          try {
+            const fresh = await completedResponse(second, await newPatient(second), 'New report');
+            await eventually(() => receiver.accepted().length === 1, 'the new report');
+            expect(receiver.accepted()[0]!.key).to.match(new RegExp(`:qr-${fresh}-v1$`));
+            await sleep(1000);
+            expect(receiver.accepted(), 'the backlog is held').to.have.length(1);
+            const ready = (await (await fetch(`${second.baseUrl}/readyz`)).json()) as any;
+            expect(ready.status).to.equal('ready');
+            expect(ready.export.heldBacklog).to.equal(3);
+            expect(ready.export.warnings.join(' ')).to.include('older than the export sink configuration');
+
+            await decideBacklog(
+              second.casebook.context({ tenantId: null, actor: { type: 'system', id: 'cli:test' } }),
+              {
+                choice: 'since',
+                since,
+                source: 'casebook export --since',
+              },
+            );
+            await eventually(() => receiver.accepted().length === 2, 'the backlog since the instant');
+            expect(receiver.accepted()[1]!.key).to.match(new RegExp(`:qr-${old[2]}-v1$`));
+            await sleep(1000);
+            expect(receiver.accepted()).to.have.length(2);
+            for (const id of old.slice(0, 2))
+              expect(await exportStatus(second.casebook.sql, Number(id))).to.deep.include({
+                state: 'skipped',
+              });
+            const decided = await second.casebook.store.readStream('export-sink');
+            expect(decided.map((e) => e.type)).to.deep.equal([
+              'ExportSinkConfigured',
+              'ExportBacklogDecided',
+            ]);
+            expect(decided[1]!.data).to.deep.include({ choice: 'since', since });
+          } finally {
+            await second.close();
+          }
+        } finally {
+          receiver.close();
+          await opened.dispose();
+        }
+      });
+    });
+
     describe('kill -9 after the sink accepted (real process)', () => {
       let server: RunningServer | undefined;
       let cleanup: () => Promise<void> = async () => undefined;
@@ -525,6 +638,30 @@ for (const database of testDatabases) {
     });
   });
 }
+
+/** A casebook app on an already opened database that leaves the database open on close (restarts). */
+const startOn = async (opened: OpenedDatabase, env: Record<string, string>): Promise<TestApp> => {
+  const bare: Server = createServer();
+  bare.listen(0, '127.0.0.1');
+  await once(bare, 'listening');
+  const port = (bare.address() as AddressInfo).port;
+  const config = loadConfig({ ...env, PORT: String(port), DATA_DIR: 'memory://', LOG_LEVEL: 'silent' });
+  const sql: Sql = Object.create(opened.sql, { close: { value: async () => undefined } });
+  const casebook = await openCasebook(config, { sql, logger: pino({ level: 'silent' }) });
+  bare.on('request', createHttpApp(casebook).callback());
+  return {
+    casebook,
+    baseUrl: `http://127.0.0.1:${port}`,
+    authUrl: config.authUrl.replace('localhost', '127.0.0.1'),
+    advance: () => undefined,
+    allEvents: async () => [],
+    close: async () => {
+      bare.closeAllConnections();
+      bare.close();
+      await casebook.close();
+    },
+  };
+};
 
 /** The visible text of the page's card. */
 const textOf = (page: Page) => page.locator('main').innerText();
