@@ -23,7 +23,7 @@ export const sanitizeOutsideText = (text: string, max = MAX_OUTSIDE_TEXT): strin
 };
 
 /** Absolute paths (POSIX or Windows) in a message: server internals, never stored in events. */
-const PATHS = /(?:[A-Za-z]:\\|\/)(?:[^\s'"`,;:()]+[/\\]?)+/g;
+const PATHS = /(?<=^|[\s'"`(=])(?:[A-Za-z]:\\|\/)(?:[^\s'"`,;:()]+[/\\]?)+/g;
 
 const SYSTEM_REASONS: Record<string, string> = {
   EACCES: 'permission denied',
@@ -32,6 +32,8 @@ const SYSTEM_REASONS: Record<string, string> = {
   EROFS: 'read-only file system',
   ENOENT: 'the directory does not exist',
   EISDIR: 'a directory is in the way',
+  ENOTDIR: 'the drop directory is not a directory',
+  EEXIST: 'the drop directory is not a directory',
   EDQUOT: 'disk quota exceeded',
   EMFILE: 'too many open files',
 };
