@@ -504,7 +504,7 @@ export class Exporter {
     let command: ExportCommand;
     let outcome: 'delivered' | 'failed' | 'abandoned';
     try {
-      await this.sink.deliver(report);
+      await this.sink.deliver(report, this.abort?.signal);
       outcome = 'delivered';
       command = {
         type: 'RecordDelivery',
@@ -520,6 +520,8 @@ export class Exporter {
       };
       logger.info({ responseId: row.responseId, version: row.version, attempt }, 'report exported');
     } catch (error) {
+      // Stopping, not failing: the attempt is neither a failure nor counted; the next process sends it.
+      if (this.abort?.signal.aborted) return;
       const now = this.now();
       const reason = failureReason(error, this.sink.label);
       const inRound = attempt - row.roundAttempts;

@@ -38,10 +38,10 @@ export interface Sink {
   /** Scheme and host of the sink, for the event log (never credentials or paths). */
   readonly label: string;
   /**
-   * Delivers one report.
-   * @throws {Error} when the sink did not accept it.
+   * Delivers one report; `signal` aborts it (the exporter is stopping).
+   * @throws {Error} when the sink did not accept it, or the delivery was aborted.
    */
-  deliver(report: Report): Promise<void>;
+  deliver(report: Report, signal?: AbortSignal): Promise<void>;
 }
 
 export interface SinkOptions {
@@ -84,7 +84,7 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
   target.password = '';
   return {
     label: `${url.protocol}//${url.host}`,
-    deliver: async (report) => {
+    deliver: async (report, signal) => {
       const headers: Record<string, string> = {
         'Content-Type': 'text/plain; charset=utf-8',
         'Idempotency-Key': report.idempotencyKey,
@@ -95,13 +95,23 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
         headers['X-Patient-Identifier'] = identifierHeader(report.patientIdentifier);
       if (report.encounterIdentifier)
         headers['X-Encounter-Identifier'] = identifierHeader(report.encounterIdentifier);
-      const res = await fetch(target, {
-        method: 'POST',
-        headers,
-        body: report.text,
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      await res.arrayBuffer().catch(() => undefined);
+      // One controller with a plain timer: a signal from AbortSignal.any over AbortSignal.timeout
+      // can be garbage-collected before it fires, and a hanging sink then holds the delivery for ever.
+      const controller = new AbortController();
+      const timer = setTimeout(
+        () => controller.abort(new DOMException(`no answer within ${timeoutMs} ms`, 'TimeoutError')),
+        timeoutMs,
+      );
+      const stop = () => controller.abort(signal?.reason);
+      signal?.addEventListener('abort', stop, { once: true });
+      let res: Response;
+      try {
+        res = await fetch(target, { method: 'POST', headers, body: report.text, signal: controller.signal });
+        await res.arrayBuffer().catch(() => undefined);
+      } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', stop);
+      }
       if (!res.ok) throw new Error(`HTTP ${res.status} from the export sink`);
     },
   };
@@ -220,7 +230,7 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
     throw new Error('EXPORT_SINK: mllp needs mllp://host:port');
   return {
     label: `mllp://${url.host}`,
-    deliver: (report) =>
+    deliver: (report, signal) =>
       new Promise<void>((resolve, reject) => {
         const socket = connect({ host, port });
         let received = Buffer.alloc(0);
@@ -263,6 +273,9 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
           }
         });
         socket.on('error', (error) => finish(error));
+        signal?.addEventListener('abort', () => finish(new Error('the delivery was aborted')), {
+          once: true,
+        });
         socket.on('close', () => finish(new Error('MLLP connection closed before the acknowledgement')));
       }),
   };
