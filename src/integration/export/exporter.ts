@@ -187,6 +187,7 @@ export class Exporter {
   private readonly inFlight = new Map<string, Promise<void>>();
   /** Wakes the loop (a delivery finished, a row was recorded). */
   private readonly wakers = new Set<() => void>();
+  private woken = false;
   private installation: string | undefined;
   private readonly pollMs: number;
   private readonly concurrency: number;
@@ -330,28 +331,31 @@ export class Exporter {
   }
 
   private wake(): void {
+    this.woken = true;
     for (const w of [...this.wakers]) w();
   }
 
   private async follow(signal: AbortSignal): Promise<void> {
     // New outbox rows wake the loop at once when the runner is in this process; so does a
-    // delivery that finished (a slot is free).
+    // delivery that finished (a slot is free). A wake during a pass makes the next pass start at once.
+    const applied = this.deps.runner.applied$.subscribe({ next: () => this.wake() });
     const wake = (resolve: () => void) => {
-      const subscription = this.deps.runner.applied$.subscribe({ next: () => resolve() });
       this.wakers.add(resolve);
-      return () => {
-        subscription.unsubscribe();
-        this.wakers.delete(resolve);
-      };
+      return () => this.wakers.delete(resolve);
     };
-    while (!signal.aborted) {
-      try {
-        await this.pump(signal);
-      } catch (error) {
-        if (signal.aborted) return;
-        this.deps.logger.error({ err: error }, 'report export pass failed; retrying');
+    try {
+      while (!signal.aborted) {
+        this.woken = false;
+        try {
+          await this.pump(signal);
+        } catch (error) {
+          if (signal.aborted) return;
+          this.deps.logger.error({ err: error }, 'report export pass failed; retrying');
+        }
+        if (!this.woken) await sleep(this.pollMs, signal, wake);
       }
-      await sleep(this.pollMs, signal, wake);
+    } finally {
+      applied.unsubscribe();
     }
   }
 
