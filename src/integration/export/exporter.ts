@@ -365,7 +365,8 @@ export class Exporter {
    * @returns the number of deliveries started.
    */
   async pump(signal?: AbortSignal): Promise<number> {
-    while (!signal?.aborted && (await this.queueNew()) > 0) {}
+    // One batch per pass: deliveries start while a large backlog is still being queued.
+    if (!signal?.aborted && (await this.queueNew()) > 0) this.woken = true;
     return this.startDue(signal);
   }
 
