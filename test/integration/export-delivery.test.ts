@@ -529,6 +529,49 @@ for (const database of testDatabases) {
       });
     });
 
+    describe('a released backlog', () => {
+      it('goes out after new reports: a report written while the backlog drains overtakes it', async () => {
+        const opened = await database.open();
+        const receiver = await httpReceiver();
+        try {
+          const first = await startOn(opened, {});
+          try {
+            await seed(first);
+            const patient = await newPatient(first);
+            for (let i = 0; i < 40; i++) await completedResponse(first, patient, `Backlog ${i}`);
+          } finally {
+            await first.close();
+          }
+          // One delivery at a time, 50 ms each: the backlog takes at least 2 s.
+          receiver.state.delayMs = 50;
+          const second = await startOn(opened, {
+            EXPORT_SINK: receiver.url,
+            EXPORT_BACKLOG: 'all',
+            EXPORT_CONCURRENCY: '1',
+          });
+          try {
+            await eventually(() => receiver.accepted().length >= 3, 'the backlog draining');
+            const fresh = await completedResponse(second, await newPatient(second), 'New report');
+            await eventually(
+              () => receiver.accepted().some((d) => d.key.endsWith(`:qr-${fresh}-v1`)),
+              'the new report',
+            );
+            const position = receiver.accepted().findIndex((d) => d.key.endsWith(`:qr-${fresh}-v1`));
+            console.log(`      the new report arrived as delivery ${position + 1} of 41`);
+            expect(position).to.be.below(15);
+            await eventually(() => receiver.accepted().length === 41, 'the whole backlog', 60_000);
+            const decided = await second.casebook.store.readStream('export-sink');
+            expect(decided[1]!.data).to.deep.include({ choice: 'all', source: 'EXPORT_BACKLOG' });
+          } finally {
+            await second.close();
+          }
+        } finally {
+          receiver.close();
+          await opened.dispose();
+        }
+      });
+    });
+
     describe('kill -9 after the sink accepted (real process)', () => {
       let server: RunningServer | undefined;
       let cleanup: () => Promise<void> = async () => undefined;

@@ -16,8 +16,8 @@ export interface HttpDelivery {
 }
 
 /**
- * An HTTP receiver. `state.status` answers every request (200 = accepted); `state.hang(body)`
- * true leaves that request unanswered; `state.onAccepted` runs after a delivery is recorded as
+ * An HTTP receiver. `state.status` answers every request (200 = accepted) after `state.delayMs`;
+ * `state.hang(body)` true leaves that request unanswered; `state.onAccepted` runs after a delivery is recorded as
  * accepted and before the answer is sent.
  */
 export const httpReceiver = async () => {
@@ -27,12 +27,15 @@ export const httpReceiver = async () => {
     status: number;
     hang: (body: string) => boolean;
     onAccepted?: ((delivery: HttpDelivery) => Promise<void> | void) | undefined;
-  } = { status: 200, hang: () => false };
+    /** Milliseconds each request waits before it is answered (a slow hospital system). */
+    delayMs: number;
+  } = { status: 200, hang: () => false, delayMs: 0 };
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', async () => {
       const body = Buffer.concat(chunks).toString('utf8');
+      if (state.delayMs > 0) await new Promise((r) => setTimeout(r, state.delayMs));
       if (state.hang(body)) {
         hanging.push(res);
         return;
