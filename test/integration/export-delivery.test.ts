@@ -529,6 +529,52 @@ for (const database of testDatabases) {
       });
     });
 
+    describe('the time limit of retrying', () => {
+      it('abandons a report still failing after EXPORT_GIVE_UP_AFTER, with the reason', async () => {
+        const receiver = await httpReceiver();
+        receiver.state.status = 503;
+        const app = await startTestApp(database, {
+          env: {
+            EXPORT_SINK: receiver.url,
+            EXPORT_GIVE_UP_AFTER: '1s',
+            EXPORT_RETRY_BASE_MS: '100',
+            EXPORT_RETRY_MAX_MS: '200',
+          },
+        });
+        try {
+          await seed(app);
+          const id = await completedResponse(app, await newPatient(app), 'Never accepted');
+          const abandoned = await eventually(
+            () => eventOf(app, id, 'ReportExportAbandoned'),
+            'the abandonment',
+          );
+          expect(data(abandoned).reason).to.equal(
+            'gave up after 1 s of attempts; last error: HTTP 503 from the export sink',
+          );
+          const failures = (await streamOf(app, id)).filter((e) => e.type === 'ReportExportFailed');
+          expect(failures.length).to.be.at.least(2);
+          const metrics = await (await fetch(`${app.baseUrl}/metrics`)).text();
+          expect(metrics).to.match(/casebook_export_deliveries_total\{outcome="abandoned",sink="[^"]+"\} 1/);
+        } finally {
+          await app.close();
+          receiver.close();
+        }
+      });
+
+      it('refuses an EXPORT_BACKLOG or EXPORT_GIVE_UP_AFTER it cannot read, naming it', () => {
+        expect(() => loadConfig({ EXPORT_BACKLOG: 'later' })).to.throw(
+          'EXPORT_BACKLOG must be all, skip or since:<ISO 8601 instant>',
+        );
+        expect(() => loadConfig({ EXPORT_GIVE_UP_AFTER: 'a day' })).to.throw(
+          'EXPORT_GIVE_UP_AFTER must be a duration such as 24h',
+        );
+        expect(loadConfig({ EXPORT_BACKLOG: 'since:2026-03-01T00:00:00Z' }).export.backlog).to.deep.equal({
+          choice: 'since',
+          since: '2026-03-01T00:00:00.000Z',
+        });
+      });
+    });
+
     describe('a released backlog', () => {
       it('goes out after new reports: a report written while the backlog drains overtakes it', async () => {
         const opened = await database.open();
