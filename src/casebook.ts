@@ -14,7 +14,7 @@ import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { Sealer } from './eventstore/sealer.js';
-import { Exporter } from './integration/export/exporter.js';
+import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { allProjections } from './projections/index.js';
@@ -62,6 +62,8 @@ export interface OpenOptions {
   readonly seal?: boolean;
   /** Run the report exporter in this process when EXPORT_SINK is set (default true). */
   readonly export?: boolean;
+  /** The backlog choice of `casebook export --all | --skip-backlog | --since` (overrides EXPORT_BACKLOG). */
+  readonly backlog?: BacklogDecision;
 }
 
 const processAlive = (pid: number): boolean => {
@@ -211,10 +213,19 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       'LAUNCHER_ALLOW_UNSIGNED=true: unsigned launch links are accepted (loopback only); never in production',
     );
   if (config.exportSink && options.export !== false) {
-    exporter = new Exporter(casebook, openSink(config.exportSink), {
+    const x = config.export;
+    exporter = new Exporter(casebook, openSink(config.exportSink, { timeoutMs: x.timeoutMs }), {
       patientSystem: config.launcher.patientSystem,
       encounterSystem: config.launcher.encounterSystem,
+      concurrency: x.concurrency,
+      retryBaseMs: x.retryBaseMs,
+      retryMaxMs: x.retryMaxMs,
+      maxAttempts: x.maxAttempts,
+      giveUpAfterMs: x.giveUpAfterMs,
+      pendingWarnAfterMs: x.pendingWarnAfterMs,
+      backlog: options.backlog ?? (x.backlog ? { ...x.backlog, source: 'EXPORT_BACKLOG' } : undefined),
     });
+    await exporter.prepare();
     exporter.start();
   }
   return casebook;

@@ -39,6 +39,14 @@ const schema = z.object({
   AUDIT_READS: z.enum(['true', 'false', '']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EXPORT_SINK: z.string().optional(),
+  EXPORT_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
+  EXPORT_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  EXPORT_MAX_ATTEMPTS: z.coerce.number().int().min(1).max(100_000).default(50),
+  EXPORT_GIVE_UP_AFTER: z.string().default('24h'),
+  EXPORT_RETRY_BASE_MS: z.coerce.number().int().min(1).max(3_600_000).default(1000),
+  EXPORT_RETRY_MAX_MS: z.coerce.number().int().min(1).max(86_400_000).default(300_000),
+  EXPORT_PENDING_WARN_AFTER: z.string().default('15m'),
+  EXPORT_BACKLOG: z.string().optional(),
   LAUNCHER_CLIENT_ID: z.string().optional(),
   LAUNCHER_CLIENT_SECRET: z.string().optional(),
   LAUNCHER_SHARED_SECRET: list,
@@ -80,6 +88,24 @@ export interface Config {
    * (HL7 v2 ORU^R01), `file:///absolute/dir`; undefined = no export.
    */
   readonly exportSink: string | undefined;
+  /** Delivery of reports (README.md "Report export"): limits, timeouts and the backlog choice. */
+  readonly export: {
+    /** Deliveries in flight at most, per sink. */
+    readonly concurrency: number;
+    /** Bound of one delivery attempt, milliseconds. */
+    readonly timeoutMs: number;
+    /** Attempts before a report version is abandoned. */
+    readonly maxAttempts: number;
+    /** Milliseconds after queueing (or a requeue) after which a report version is abandoned. */
+    readonly giveUpAfterMs: number;
+    /** Ceiling of the first retry delay and cap of the ceilings, milliseconds (full jitter below them). */
+    readonly retryBaseMs: number;
+    readonly retryMaxMs: number;
+    /** A report pending longer than this (ms) is a /readyz warning. */
+    readonly pendingWarnAfterMs: number;
+    /** EXPORT_BACKLOG: what to do with reports older than the sink configuration; undefined = hold them. */
+    readonly backlog: { readonly choice: 'all' | 'skip' | 'since'; readonly since?: string } | undefined;
+  };
   /** The hospital launcher (docs/interface.md §1.6, §4.6): its client credentials and identifier systems. */
   readonly launcher: {
     readonly clientId: string | undefined;
@@ -102,6 +128,34 @@ export interface Config {
 
 /** The launcher's shared secrets must be at least this long (characters). */
 export const MIN_SHARED_SECRET_LENGTH = 32;
+
+/**
+ * A duration such as `24h`, `15m`, `30s`, `1500ms` or `2d` (a bare number is seconds), in milliseconds.
+ * @throws {Error} naming `name` when it is not one.
+ */
+export const parseDuration = (value: string, name: string): number => {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$/.exec(value);
+  if (!m)
+    throw new Error(`invalid configuration: ${name} must be a duration such as 24h, 15m, 30s or 1500ms`);
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 's') as 'ms'];
+  return Math.round(Number(m[1]) * unit);
+};
+
+/**
+ * A backlog choice: `all`, `skip` or `since:<ISO 8601 instant>` (EXPORT_BACKLOG, `casebook export`).
+ * @throws {Error} for anything else.
+ */
+export const parseBacklogChoice = (
+  value: string,
+  name = 'EXPORT_BACKLOG',
+): { choice: 'all' | 'skip' | 'since'; since?: string } => {
+  if (value === 'all' || value === 'skip') return { choice: value };
+  const m = /^since:(.+)$/.exec(value);
+  const instant = m ? new Date(m[1]!) : undefined;
+  if (!m || !instant || Number.isNaN(instant.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(m[1]!))
+    throw new Error(`invalid configuration: ${name} must be all, skip or since:<ISO 8601 instant>`);
+  return { choice: 'since', since: instant.toISOString() };
+};
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
@@ -151,6 +205,16 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     metricsToken: e.METRICS_TOKEN || undefined,
     auditReads: e.AUDIT_READS !== 'false',
     exportSink: e.EXPORT_SINK || undefined,
+    export: {
+      concurrency: e.EXPORT_CONCURRENCY,
+      timeoutMs: e.EXPORT_TIMEOUT_MS,
+      maxAttempts: e.EXPORT_MAX_ATTEMPTS,
+      giveUpAfterMs: parseDuration(e.EXPORT_GIVE_UP_AFTER, 'EXPORT_GIVE_UP_AFTER'),
+      retryBaseMs: e.EXPORT_RETRY_BASE_MS,
+      retryMaxMs: e.EXPORT_RETRY_MAX_MS,
+      pendingWarnAfterMs: parseDuration(e.EXPORT_PENDING_WARN_AFTER, 'EXPORT_PENDING_WARN_AFTER'),
+      backlog: e.EXPORT_BACKLOG ? parseBacklogChoice(e.EXPORT_BACKLOG) : undefined,
+    },
     launcher: {
       clientId: e.LAUNCHER_CLIENT_ID || undefined,
       clientSecret: e.LAUNCHER_CLIENT_SECRET || undefined,

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import cliProgress from 'cli-progress';
 import { Command, Option } from 'commander';
 import { type Casebook, openCasebook } from '../casebook.js';
+import { requeueExport } from '../commands/export.js';
 import { generateSecret } from '../commands/secrets.js';
 import {
   applySeed,
@@ -26,6 +27,7 @@ import { parsePosition, positionToString, type RecordedEvent } from '../eventsto
 import { Sealer } from '../eventstore/sealer.js';
 import { logHead, parseHead, type VerifyResult, verifyAgainst, verifyLog } from '../eventstore/verify.js';
 import { createHttpApp } from '../http/app.js';
+import type { BacklogDecision } from '../integration/export/exporter.js';
 import { signLaunch } from '../integration/launch-signature.js';
 import { replayUntil } from '../projections/investigation.js';
 import { patientEvents } from '../queries/patient-events.js';
@@ -266,15 +268,45 @@ program
     process.once('SIGTERM', shutdown);
   });
 
-program
+const exportCommand = program
   .command('export')
   .description(
-    'run only the report exporter to EXPORT_SINK (one active instance per database; others stand by)',
+    'run only the report exporter to EXPORT_SINK (one active instance per database; others stand by); reports older than the sink configuration wait for --all, --skip-backlog or --since',
   )
-  .action(async () => {
+  .option('--all', 'send the backlog too (after new reports)')
+  .option('--skip-backlog', 'send no report written before the sink was configured')
+  .option(
+    '--since <instant>',
+    'of the backlog, send only reports written at or after this instant',
+    instant('--since'),
+  )
+  .action(async (o: { all?: boolean; skipBacklog?: boolean; since?: string }) => {
     const config = loadConfig();
     if (!config.exportSink) throw new Error('EXPORT_SINK is not set: nothing to export to');
-    const casebook = await openCasebook(config, { project: false, export: true });
+    const chosen = [o.all && '--all', o.skipBacklog && '--skip-backlog', o.since && '--since'].filter(
+      Boolean,
+    );
+    if (chosen.length > 1) throw new Error(`choose one of ${chosen.join(', ')}`);
+    const backlog: BacklogDecision | undefined = o.all
+      ? { choice: 'all', source: 'casebook export --all' }
+      : o.skipBacklog
+        ? { choice: 'skip', source: 'casebook export --skip-backlog' }
+        : o.since
+          ? { choice: 'since', since: o.since, source: 'casebook export --since' }
+          : undefined;
+    const casebook = await openCasebook(config, {
+      project: false,
+      export: true,
+      ...(backlog ? { backlog } : {}),
+    });
+    const held = (await casebook.exporter?.heldBacklog()) ?? 0;
+    if (held > 0) {
+      await casebook.close();
+      console.error(
+        `casebook: ${held} report version(s) were written before the export sink was configured; choose what to do with them: --all (send them after new reports), --skip-backlog (send none) or --since <instant> (or set EXPORT_BACKLOG=all|skip|since:<instant>)`,
+      );
+      process.exit(2);
+    }
     const shutdown = async () => {
       await casebook.close();
       process.exit(0);
@@ -282,6 +314,37 @@ program
     process.once('SIGINT', shutdown);
     process.once('SIGTERM', shutdown);
   });
+
+exportCommand
+  .command('retry')
+  .description(
+    'requeue the abandoned export of a report (ReportExportRequeued): the exporter tries it again at once, with a fresh attempt budget',
+  )
+  .requiredOption('--report <id>', 'QuestionnaireResponse id', (v) => Number.parseInt(v, 10))
+  .option('--tenant <id>', 'data tenant id (checked against the report)', (v) => Number.parseInt(v, 10))
+  .action((o: { report: number; tenant?: number }) =>
+    withCasebook(
+      async (casebook) => {
+        if (!Number.isInteger(o.report) || o.report <= 0)
+          throw new Error('--report must be a QuestionnaireResponse id');
+        const [row] = await casebook.sql.query<{ tenant_id: number }>(
+          `SELECT tenant_id FROM rm_export_outbox WHERE response_id = $1 LIMIT 1`,
+          [o.report],
+        );
+        if (!row || (o.tenant !== undefined && Number(row.tenant_id) !== o.tenant))
+          throw new Error(
+            `QuestionnaireResponse/${o.report} has no export${o.tenant !== undefined ? ` in tenant ${o.tenant}` : ''}`,
+          );
+        const versions = await requeueExport(
+          cliContext(casebook, Number(row.tenant_id)),
+          o.report,
+          `cli:${process.env.USER ?? 'operator'}`,
+        );
+        print({ requeued: versions.map((v) => `QuestionnaireResponse/${o.report}/_history/${v}`) });
+      },
+      { project: false },
+    ),
+  );
 
 program
   .command('replay')

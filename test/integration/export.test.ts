@@ -189,8 +189,23 @@ const expectedText = async (app: TestApp, id: string) => {
   return generateNarrative(res.body as QuestionnaireResponse).text;
 };
 
-const exportEvents = async (casebook: Casebook, id: string): Promise<RecordedEvent[]> =>
+/** The export stream of a response (ReportExportQueued, ReportExported, …). */
+const exportStreamOf = async (casebook: Casebook, id: string): Promise<RecordedEvent[]> =>
   casebook.store.readStream(`export-QuestionnaireResponse-${id}`);
+
+/** The delivery outcomes of a response (its export stream without ReportExportQueued). */
+const exportEvents = async (casebook: Casebook, id: string): Promise<RecordedEvent[]> =>
+  (await exportStreamOf(casebook, id)).filter((e) => e.type !== 'ReportExportQueued');
+
+/** The installation id of a store (InstallationCreated). */
+const installationOf = async (casebook: Casebook): Promise<string> => {
+  const [created] = await casebook.store.readStream('installation');
+  return (created!.data as { installationId: string }).installationId;
+};
+
+/** The idempotency key of a report version: `<installation>:qr-<id>-v<version>`. */
+const keyOf = async (app: TestApp, id: string, version: number) =>
+  `${await installationOf(app.casebook)}:qr-${id}-v${version}`;
 
 /** The rows the outbox projection makes of the whole log, applied in one rolled-back transaction. */
 const replayOutbox = async (sql: Sql, events: readonly RecordedEvent[]) => {
@@ -253,12 +268,12 @@ for (const database of testDatabases) {
         receiver?.close();
       });
 
-      it('POSTs the plain text once with the idempotency key and the hospital identifiers when the response is completed', async () => {
+      it('POSTs the plain text with the idempotency key and the hospital identifiers when the response is completed', async () => {
         const s = await newResponse(app, 'in-progress');
         await sleep(1500);
         expect(receiver.deliveries, 'nothing leaves while in progress').to.have.length(0);
         await put(app, s.responseId, { ...s.body, status: 'completed' });
-        const key = `qr-${s.responseId}-v2`;
+        const key = await keyOf(app, s.responseId, 2);
         await eventually(() => receiver.accepted(key).length > 0, 'the delivery');
         const [delivery] = receiver.deliveries;
         expect(delivery!.method).to.equal('POST');
@@ -273,7 +288,7 @@ for (const database of testDatabases) {
         expect(delivery!.body).not.to.include('Doe');
 
         await sleep(1500);
-        expect(receiver.deliveries, 'exactly one delivery').to.have.length(1);
+        expect(receiver.deliveries, 'one delivery while the sink answers at once').to.have.length(1);
         const events = await exportEvents(app.casebook, s.responseId);
         expect(events.map((e) => e.type)).to.deep.equal(['ReportExported']);
         expect(events[0]!.data).to.deep.include({
@@ -291,7 +306,10 @@ for (const database of testDatabases) {
 
       it('exports an amended report again as a new version', async () => {
         const s = await newResponse(app, 'completed');
-        await eventually(() => receiver.accepted(`qr-${s.responseId}-v1`).length > 0, 'version 1');
+        await eventually(
+          async () => receiver.accepted(await keyOf(app, s.responseId, 1)).length > 0,
+          'version 1',
+        );
         const amended = {
           ...s.body,
           status: 'amended',
@@ -300,13 +318,16 @@ for (const database of testDatabases) {
           ],
         };
         await put(app, s.responseId, amended);
-        await eventually(() => receiver.accepted(`qr-${s.responseId}-v2`).length > 0, 'version 2');
-        const [v2] = receiver.accepted(`qr-${s.responseId}-v2`);
+        await eventually(
+          async () => receiver.accepted(await keyOf(app, s.responseId, 2)).length > 0,
+          'version 2',
+        );
+        const [v2] = receiver.accepted(await keyOf(app, s.responseId, 2));
         expect(v2!.body).to.equal(await expectedText(app, s.responseId));
         expect(v2!.body).to.include('Small nodule, left lung');
         await sleep(1000);
-        expect(receiver.accepted(`qr-${s.responseId}-v1`)).to.have.length(1);
-        expect(receiver.accepted(`qr-${s.responseId}-v2`)).to.have.length(1);
+        expect(receiver.accepted(await keyOf(app, s.responseId, 1))).to.have.length(1);
+        expect(receiver.accepted(await keyOf(app, s.responseId, 2))).to.have.length(1);
         expect(
           (await exportEvents(app.casebook, s.responseId)).map((e) => [e.type, (e.data as any).version]),
         ).to.deep.equal([
@@ -315,10 +336,10 @@ for (const database of testDatabases) {
         ]);
       });
 
-      it('retries with backoff while the sink is down and delivers once when it is back', async () => {
+      it('retries with jittered backoff while the sink is down and delivers when it is back', async () => {
         receiver.state.status = 503;
         const s = await newResponse(app, 'completed');
-        const key = `qr-${s.responseId}-v1`;
+        const key = await keyOf(app, s.responseId, 1);
         await eventually(
           async () => (await exportEvents(app.casebook, s.responseId)).length >= 2,
           'two failed attempts',
@@ -338,8 +359,11 @@ for (const database of testDatabases) {
         failures.forEach((f, i) => {
           expect(f.attempt).to.equal(i + 1);
           expect(f.error).to.equal('HTTP 503 from the export sink');
-          // Exponential backoff: 1 s, 2 s, 4 s …
-          expect(Date.parse(f.nextAttemptAt) - Date.parse(f.at)).to.equal(1000 * 2 ** i);
+          // Full jitter below an exponential ceiling: [0, 1 s), [0, 2 s), [0, 4 s) …
+          const delay = Date.parse(f.nextAttemptAt) - Date.parse(f.at);
+          expect(delay)
+            .to.be.at.least(10)
+            .and.below(1000 * 2 ** i);
         });
         expect((events.at(-1)!.data as any).attempt).to.equal(failures.length + 1);
         expect(await exportStatus(app.casebook.sql, Number(s.responseId))).to.deep.include({
@@ -399,7 +423,7 @@ for (const database of testDatabases) {
         const msh = fields('MSH');
         expect(msh[1]).to.equal('^~\\&');
         expect(msh[8]).to.equal('ORU^R01^ORU_R01');
-        expect(msh[9]).to.equal(`qr-${s.responseId}-v2`);
+        expect(msh[9]).to.equal(await keyOf(app, s.responseId, 2));
         expect(msh[11]).to.equal('2.5');
         expect(fields('PID')[3]).to.equal(`${s.patientMrn}^^^&${PATIENT_SYSTEM}&URI`);
         expect(fields('PV1')[19]).to.equal(`${s.visit}^^^&${ENCOUNTER_SYSTEM}&URI`);
@@ -483,14 +507,15 @@ for (const database of testDatabases) {
         rmSync(join(dir, '..', '..'), { recursive: true, force: true });
       });
 
-      it('writes one <id>-v<version>.txt per report (created directory, no temporary file left)', async () => {
+      it('writes one <installation>_qr-<id>-v<version>.txt per report (created directory, no temporary file left)', async () => {
         const s = await newResponse(app, 'in-progress');
         await put(app, s.responseId, { ...s.body, status: 'completed' });
-        const file = join(dir, `${s.responseId}-v2.txt`);
+        const name = `${(await keyOf(app, s.responseId, 2)).replace(':', '_')}.txt`;
+        const file = join(dir, name);
         await eventually(() => existsSync(file), 'the report file');
         expect(readFileSync(file, 'utf8')).to.equal(await expectedText(app, s.responseId));
         await sleep(1000);
-        expect(readdirSync(dir)).to.deep.equal([`${s.responseId}-v2.txt`]);
+        expect(readdirSync(dir)).to.deep.equal([name]);
         expect((await exportEvents(app.casebook, s.responseId)).map((e) => e.data)).to.satisfy(
           (data: any[]) => data.length === 1 && data[0].sink === 'file://',
         );
@@ -506,6 +531,7 @@ for (const database of testDatabases) {
         try {
           const first = await startOn(opened, env);
           let s: Scenario;
+          let key: string;
           try {
             await applySeed(first.casebook, TEST_SEED);
             s = await newResponse(first, 'completed');
@@ -513,19 +539,18 @@ for (const database of testDatabases) {
               async () => (await exportEvents(first.casebook, s.responseId)).length >= 1,
               'a failed attempt',
             );
+            key = await keyOf(first, s.responseId, 1);
           } finally {
             await first.close();
           }
-          expect(receiver.accepted(`qr-${s.responseId}-v1`)).to.have.length(0);
+          expect(receiver.accepted(key)).to.have.length(0);
           receiver.state.status = 200;
           const second = await startOn(opened, env);
           try {
-            await eventually(() => receiver.accepted(`qr-${s.responseId}-v1`).length > 0, 'the delivery');
+            await eventually(() => receiver.accepted(key).length > 0, 'the delivery');
             await sleep(1000);
-            expect(receiver.accepted(`qr-${s.responseId}-v1`)).to.have.length(1);
-            expect(receiver.accepted(`qr-${s.responseId}-v1`)[0]!.body).to.equal(
-              await expectedText(second, s.responseId),
-            );
+            expect(receiver.accepted(key)).to.have.length(1);
+            expect(receiver.accepted(key)[0]!.body).to.equal(await expectedText(second, s.responseId));
             const types = (await exportEvents(second.casebook, s.responseId)).map((e) => e.type);
             expect(types.at(-1)).to.equal('ReportExported');
             expect(types.slice(0, -1)).to.include('ReportExportFailed');

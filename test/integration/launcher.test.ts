@@ -224,20 +224,23 @@ describe('launcher: transaction Bundle', () => {
 });
 
 describe('launcher: export status text of the submitted page', () => {
-  it('describes each state, and unknown without a status', () => {
+  it('describes each state, and unknown without a status; a failed attempt is not a failure until abandoned', () => {
     expect(exportStatusText(undefined).label).to.equal('unknown');
-    expect(exportStatusText({ state: 'pending', attempts: 1 })).to.deep.equal({
-      label: 'pending',
-      detail: 'The report is being sent to the hospital system (1 attempt so far).',
-    });
+    const sending = {
+      label: 'sending',
+      detail: 'The report is saved in casebook and is still being sent to the hospital system.',
+    };
+    expect(exportStatusText({ state: 'pending', attempts: 0 })).to.deep.equal(sending);
+    expect(
+      exportStatusText({ state: 'failed', attempts: 3, lastError: 'HTTP 503 from the export sink' }),
+    ).to.deep.equal(sending);
     expect(
       exportStatusText({ state: 'delivered', attempts: 1, deliveredAt: '2026-03-01T10:00:00.000Z' }).detail,
     ).to.equal('The report was delivered to the hospital system at 2026-03-01T10:00:00.000Z.');
-    // A failed attempt is not the end (casebook retries): no "failed", no "contact IT" yet.
-    expect(exportStatusText({ state: 'failed', attempts: 3, lastError: 'ECONNREFUSED' })).to.deep.equal({
-      label: 'retrying',
+    expect(exportStatusText({ state: 'abandoned', attempts: 50, lastError: 'gave up' })).to.deep.equal({
+      label: 'failed',
       detail:
-        'The report is saved in casebook and is still being sent to the hospital system (3 attempts so far); casebook keeps trying.',
+        'Delivery to the hospital system failed. The report is saved in casebook. Please contact IT support.',
     });
     expect(exportStatusText({ state: 'disabled', attempts: 0 }).label).to.equal('disabled');
   });

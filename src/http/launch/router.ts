@@ -4,7 +4,8 @@
  *   launch, sends the transaction Bundle and creates the session (over HTTP, with the launcher's
  *   client credentials), then sends the browser through the handover to the app (303);
  * - `GET {launch_url}/submitted?response=QuestionnaireResponse/<id>&task=Task/<id>`, the session's
- *   post_submit_redirect: tells the clinician the report was submitted, with its export status.
+ *   post_submit_redirect: tells the clinician the report was submitted, with its export status
+ *   (only to the submitting user's session or a same-tenant session whose scopes cover the response).
  * Errors are HTML pages (the app's error middleware treats this prefix like the app host).
  */
 import Router from '@koa/router';
@@ -14,11 +15,11 @@ import { launch } from '../../commands/launch.js';
 import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
-import { definitionOf } from '../../fhir/resources.js';
+import { isAllowed, targetOf } from '../../fhir/access.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
 import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
-import { read } from '../../queries/fhir.js';
+import { readResource } from '../../projections/resources.js';
 import { escapeHtml, layout } from '../app/layout.js';
 import { noteAgent, noteAudit } from '../audit.js';
 import { globalRedirectOrigins, sessionFromCookie } from '../auth/sessions.js';
@@ -43,10 +44,13 @@ export const readExportStatus = async (
   }
 };
 
-/** The clinician-facing text of an export status: a short label and a sentence. */
+/**
+ * The clinician-facing text of an export status: a short label and a sentence. Until retrying has
+ * ended (ReportExportAbandoned) a failed attempt is not a failure to the clinician: the report is
+ * saved and still being sent (issue 15).
+ */
 export const exportStatusText = (status: ExportStatus | undefined): { label: string; detail: string } => {
   if (!status) return { label: 'unknown', detail: 'The export status of this report is not known.' };
-  const attempts = `${status.attempts} attempt${status.attempts === 1 ? '' : 's'}`;
   switch (status.state) {
     case 'delivered':
       return {
@@ -54,15 +58,23 @@ export const exportStatusText = (status: ExportStatus | undefined): { label: str
         detail: `The report was delivered to the hospital system${status.deliveredAt ? ` at ${status.deliveredAt}` : ''}.`,
       };
     case 'pending':
-      return {
-        label: 'pending',
-        detail: `The report is being sent to the hospital system (${attempts} so far).`,
-      };
     case 'failed':
       // Not final: casebook retries (issue 15). Only an abandoned export is a failure to report.
       return {
-        label: 'retrying',
-        detail: `The report is saved in casebook and is still being sent to the hospital system (${attempts} so far); casebook keeps trying.`,
+        label: 'sending',
+        detail: 'The report is saved in casebook and is still being sent to the hospital system.',
+      };
+    case 'abandoned':
+      return {
+        label: 'failed',
+        detail:
+          'Delivery to the hospital system failed. The report is saved in casebook. Please contact IT support.',
+      };
+    case 'skipped':
+      return {
+        label: 'not sent',
+        detail:
+          'The report is saved in casebook; it was written before the export was set up and was not sent.',
       };
     case 'disabled':
       return { label: 'disabled', detail: 'Export to the hospital system is not configured.' };
@@ -208,23 +220,24 @@ export const launchRouter = (casebook: Casebook): Router => {
   router.get('/submitted', async (ctx) => {
     const responseId = reference(ctx, 'response', 'QuestionnaireResponse');
     const taskId = reference(ctx, 'task', 'Task');
+    ctx.set('Cache-Control', 'no-store');
+    // Only the submitting user's session, or a session of the same tenant whose scopes cover the
+    // response, sees its state (issue 15); another tenant learns nothing, not even that it exists.
     const session = await sessionFromCookie(ctx, casebook);
-    const principal = await sessionPrincipal(casebook, session);
-    noteAudit(ctx, { interaction: 'report-status', action: 'R' });
-    try {
-      const row = await read(casebook.sql, principal, definitionOf('QuestionnaireResponse'), responseId);
-      noteAudit(ctx, {
-        entities: [{ reference: `QuestionnaireResponse/${responseId}`, patientId: row.patientId ?? null }],
-      });
-    } catch (error) {
-      if (error instanceof DomainError)
-        throw new HttpError(
-          404,
-          'ReportNotFound',
-          `QuestionnaireResponse/${responseId} is not a report this session may see`,
-        );
-      throw error;
-    }
+    const row = await readResource(casebook.sql, 'QuestionnaireResponse', responseId, session.tenantId);
+    if (!row || row.deleted)
+      throw new HttpError(
+        404,
+        'NotFound',
+        `QuestionnaireResponse/${responseId} is not known in this session's tenant`,
+      );
+    if (!isAllowed(await sessionPrincipal(casebook, session), 'r', targetOf(row)))
+      throw new HttpError(403, 'ScopeNotGranted', "this session's scopes do not cover this report");
+    noteAudit(ctx, {
+      interaction: 'report-status',
+      action: 'R',
+      entities: [{ reference: `QuestionnaireResponse/${responseId}`, patientId: row.patientId ?? null }],
+    });
     const status = await readExportStatus(casebook, responseId);
     ctx.status = 200;
     ctx.type = 'text/html; charset=utf-8';

@@ -1,25 +1,32 @@
 /**
- * The report exporter (issue 6, docs/architecture.md "Processes and hosts", role `export`): follows the export outbox read model,
- * renders each due QuestionnaireResponse version as plain text ($generate-narrative), delivers it
- * with the patient's and encounter's hospital identifiers to the sink, and records
- * ReportExported / ReportExportFailed. Failures are retried with exponential backoff; since the
- * outbox is built from the event log, nothing is lost across sink outages or restarts. One active
- * exporter per database, elected with a Postgres advisory lock.
+ * The report exporter (issue 6, issue 15; docs/architecture.md "Report export", role `export`):
+ * follows the export outbox read model. A QuestionnaireResponse version entering it is rendered
+ * ONCE as plain text ($generate-narrative) with the patient's and encounter's hospital identifiers
+ * and recorded as ReportExportQueued (text, SHA-256, key `<installation>:qr-<id>-v<version>`);
+ * every attempt sends exactly those bytes. Up to `concurrency` deliveries are in flight; each
+ * version has its own retry schedule (exponential backoff with full jitter), so a stuck report
+ * delays only itself. After `maxAttempts` attempts or `giveUpAfterMs` the version is
+ * ReportExportAbandoned until `casebook export retry` requeues it. Delivery is at least once: a
+ * crash after the sink accepted but before ReportExported is stored sends the same key and bytes
+ * again. One active exporter per database, elected with a Postgres advisory lock.
  */
+import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { v4 as uuidv4, v5 as uuidv5 } from 'uuid';
 import type { AuditTrail } from '../../commands/audit.js';
 import type { CommandContext } from '../../commands/context.js';
+import { configureSink, decideBacklog, installationId } from '../../commands/export.js';
 import { execute } from '../../commands/handler.js';
 import type { Sql } from '../../db/sql.js';
 import {
+  type ExportCommand,
   exportDecider,
+  exportKey,
   exportStream,
-  REPORT_EXPORT_FAILED,
-  REPORT_EXPORTED,
-  type ReportExportedData,
-  type ReportExportFailedData,
+  REPORT_EXPORT_QUEUED,
+  type ReportExportQueuedData,
 } from '../../domain/export/export.js';
+import type { BacklogChoice } from '../../domain/export/export-sink.js';
 import type { Content } from '../../domain/fhir/resource.js';
 import { resourceStream } from '../../domain/fhir/resource.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
@@ -28,8 +35,8 @@ import { readResource, searchResources } from '../../projections/resources.js';
 import type { ProjectionRunner } from '../../projections/runner.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
-import { deliveryError } from './sanitize.js';
-import type { HospitalIdentifier, Sink } from './sinks.js';
+import { failureReason } from './outside-text.js';
+import type { HospitalIdentifier, Report, Sink } from './sinks.js';
 
 const EXPORTER_LOCK_KEY = `hashtext('casebook-export:' || current_schema())`;
 const EVENT_NAMESPACE = '6f1c8f3e-2b7a-4d0e-9a51-3c1d2e4f5a60';
@@ -47,18 +54,37 @@ export interface ExporterDeps {
   context(cause: { tenantId: number | null; actor: Actor }): CommandContext;
 }
 
+/** The backlog choice (EXPORT_BACKLOG or a `casebook export` flag) and where it came from. */
+export interface BacklogDecision {
+  readonly choice: BacklogChoice;
+  readonly since?: string;
+  readonly source: string;
+}
+
 export interface ExporterOptions {
   /** Identifier systems preferred for the patient and encounter numbers. */
   readonly patientSystem?: string | undefined;
   readonly encounterSystem?: string | undefined;
   /** How often due rows are looked for, milliseconds (default 1000). */
   readonly pollMs?: number;
-  /** First retry delay, doubled per failed attempt (default 1000). */
+  /** Deliveries in flight at most (EXPORT_CONCURRENCY, default 4). */
+  readonly concurrency?: number;
+  /** Ceiling of the first retry delay, doubled per failed attempt, ms (EXPORT_RETRY_BASE_MS, default 1000). */
   readonly retryBaseMs?: number;
-  /** Cap of the retry delay (default 5 minutes). */
+  /** Cap of the retry delay ceiling, ms (EXPORT_RETRY_MAX_MS, default 5 minutes). */
   readonly retryMaxMs?: number;
+  /** Attempts before a version is abandoned (EXPORT_MAX_ATTEMPTS, default 50). */
+  readonly maxAttempts?: number;
+  /** Time after queueing (or requeueing) after which a version is abandoned, ms (EXPORT_GIVE_UP_AFTER, default 24 h). */
+  readonly giveUpAfterMs?: number;
+  /** A version pending longer than this is a /readyz warning, ms (EXPORT_PENDING_WARN_AFTER, default 15 min). */
+  readonly pendingWarnAfterMs?: number;
+  /** The backlog choice to record when the store holds a backlog (EXPORT_BACKLOG or a CLI flag). */
+  readonly backlog?: BacklogDecision | undefined;
   /** The exporter's clock (scheduling and event times); real time by default. */
   readonly now?: () => Date;
+  /** Random numbers in [0, 1) for the jitter (tests pin it). */
+  readonly random?: () => number;
 }
 
 interface OutboxRow {
@@ -66,6 +92,24 @@ interface OutboxRow {
   readonly responseId: number;
   readonly version: number;
   readonly attempts: number;
+  /** Attempts made before the current round (a requeue starts a new one). */
+  readonly roundAttempts: number;
+  readonly roundStartedAt: Date | undefined;
+}
+
+/** What /readyz and /metrics report of the export. */
+export interface ExportHealth {
+  /** Report versions waiting for delivery (queued or not), and the age of the oldest, seconds. */
+  readonly pending: number;
+  readonly oldestPendingSeconds: number | null;
+  /** Versions whose retrying ended (ReportExportAbandoned) and not requeued. */
+  readonly abandoned: number;
+  /** Versions older than the sink's configuration, held until a backlog choice. */
+  readonly heldBacklog: number;
+  /** Deliveries in flight in this process. */
+  readonly inFlight: number;
+  /** Readable warnings (a report pending too long, a held backlog, abandoned reports). */
+  readonly warnings: readonly string[];
 }
 
 const sleep = (ms: number, signal: AbortSignal, wake?: (resolve: () => void) => () => void) =>
@@ -82,9 +126,26 @@ const sleep = (ms: number, signal: AbortSignal, wake?: (resolve: () => void) => 
     if (wake) unwake = wake(done);
   });
 
-/** Delay before attempt `failed + 1` after `failed` failures: base · 2^(failed-1), capped. */
+/**
+ * Ceiling of the delay before attempt `failed + 1` after `failed` failures: base · 2^(failed-1),
+ * capped at `maxMs` (milliseconds).
+ */
 export const backoff = (failed: number, baseMs: number, maxMs: number): number =>
   Math.min(maxMs, baseMs * 2 ** Math.max(0, Math.min(failed - 1, 30)));
+
+/**
+ * The delay before the next attempt, ms: full jitter — uniform in [0, {@link backoff}) — so
+ * reports failing together do not retry together; at least 10 ms.
+ */
+export const jitteredBackoff = (
+  failed: number,
+  baseMs: number,
+  maxMs: number,
+  random: () => number,
+): number => Math.max(10, Math.floor(random() * backoff(failed, baseMs, maxMs)));
+
+/** Hex SHA-256 of the UTF-8 bytes of `text`. */
+export const sha256Hex = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
 
 /** `Type/<id>` (relative or absolute reference) → id. */
 const referencedId = (reference: unknown, type: string): number | undefined => {
@@ -111,15 +172,32 @@ const pickIdentifier = (resource: Content | undefined, system: string | undefine
     : undefined;
 };
 
+const ONE_DAY_MS = 24 * 60 * 60_000;
+
 export class Exporter {
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
-  /** Attempts recorded by this process that the outbox may not show yet (key → attempts). */
+  /** Attempts recorded by this process that the outbox may not show yet (row key → attempts). */
   private readonly recorded = new Map<string, number>();
+  /** Versions queued by this process that the outbox may not show yet. */
+  private readonly queued = new Set<string>();
+  /** Versions whose rendering failed, and when to try again (epoch ms). */
+  private readonly renderRetry = new Map<string, number>();
+  /** Deliveries in flight (row key → its promise). */
+  private readonly inFlight = new Map<string, Promise<void>>();
+  /** Wakes the loop (a delivery finished, a row was recorded). */
+  private readonly wakers = new Set<() => void>();
+  private woken = false;
+  private installation: string | undefined;
   private readonly pollMs: number;
+  private readonly concurrency: number;
   private readonly retryBaseMs: number;
   private readonly retryMaxMs: number;
+  private readonly maxAttempts: number;
+  private readonly giveUpAfterMs: number;
+  private readonly pendingWarnAfterMs: number;
   private readonly now: () => Date;
+  private readonly random: () => number;
 
   constructor(
     private readonly deps: ExporterDeps,
@@ -127,12 +205,51 @@ export class Exporter {
     private readonly options: ExporterOptions = {},
   ) {
     this.pollMs = options.pollMs ?? 1000;
+    this.concurrency = Math.max(1, options.concurrency ?? 4);
     this.retryBaseMs = options.retryBaseMs ?? 1000;
     this.retryMaxMs = options.retryMaxMs ?? 5 * 60_000;
+    this.maxAttempts = Math.max(1, options.maxAttempts ?? 50);
+    this.giveUpAfterMs = options.giveUpAfterMs ?? ONE_DAY_MS;
+    this.pendingWarnAfterMs = options.pendingWarnAfterMs ?? 15 * 60_000;
     this.now = options.now ?? (() => new Date());
+    this.random = options.random ?? Math.random;
   }
 
-  /** Starts the exporter in the background: election, then polling the outbox. */
+  private context() {
+    return this.deps.context({ tenantId: null, actor: ACTOR });
+  }
+
+  /**
+   * Makes the exporter ready before it delivers (openCasebook awaits it): the installation id
+   * (created once per store), the sink recorded in the log (ExportSinkConfigured when it is new:
+   * what waits unqueued then is the backlog) and the backlog choice, when one is configured.
+   * @returns the number of backlog report versions still held for a choice.
+   */
+  async prepare(): Promise<number> {
+    this.installation = await installationId(this.context());
+    const state = await configureSink(this.context(), this.sink.label);
+    const held = await this.heldBacklog();
+    if (held > 0 && !state.decided && this.options.backlog) {
+      await decideBacklog(this.context(), this.options.backlog);
+      return this.heldBacklog();
+    }
+    if (held > 0)
+      this.deps.logger.warn(
+        { held },
+        'report versions older than the export sink configuration are held: choose EXPORT_BACKLOG=all|skip|since:<instant> (or casebook export --all, --skip-backlog, --since <instant>)',
+      );
+    return held;
+  }
+
+  /** Backlog report versions held for a choice. */
+  async heldBacklog(): Promise<number> {
+    const [row] = await this.deps.sql.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM rm_export_outbox WHERE backlog = 'held'`,
+    );
+    return Number(row?.n ?? 0);
+  }
+
+  /** Starts the exporter in the background: election, then following the outbox. */
   start(): void {
     if (this.loop) return;
     const abort = new AbortController();
@@ -151,6 +268,7 @@ export class Exporter {
         try {
           await this.follow(abort.signal);
         } finally {
+          await Promise.allSettled(this.inFlight.values());
           await conn.query(`SELECT pg_advisory_unlock(${EXPORTER_LOCK_KEY})`).catch(() => undefined);
         }
       })
@@ -160,140 +278,298 @@ export class Exporter {
   }
 
   /**
-   * The outbox as /readyz and /metrics report it: report versions not yet delivered and the age of
-   * the oldest, seconds.
+   * The outbox as /readyz and /metrics report it (never failing readiness: a slow hospital system
+   * is a warning, not a reason to take casebook out of service).
    */
-  async health(): Promise<{ pending: number; oldestPendingSeconds: number | null }> {
-    const [row] = await this.deps.sql.query<{ pending: string; oldest: string | Date | null }>(
-      `SELECT count(*)::text AS pending, min(next_attempt_at) AS oldest FROM rm_export_outbox
-        WHERE state IN ('pending', 'failed')`,
+  async health(): Promise<ExportHealth> {
+    const [row] = await this.deps.sql.query<{
+      pending: string;
+      abandoned: string;
+      held: string;
+      oldest: string | Date | null;
+    }>(
+      `SELECT count(*) FILTER (WHERE state IN ('pending', 'failed'))::text AS pending,
+              count(*) FILTER (WHERE state = 'abandoned')::text AS abandoned,
+              count(*) FILTER (WHERE backlog = 'held' AND state = 'pending')::text AS held,
+              min(COALESCE(queued_at, created_at, next_attempt_at))
+                FILTER (WHERE state IN ('pending', 'failed') AND backlog IS DISTINCT FROM 'held') AS oldest
+         FROM rm_export_outbox`,
     );
     const pending = Number(row?.pending ?? 0);
-    const oldest = row?.oldest ? (this.now().getTime() - new Date(row.oldest).getTime()) / 1000 : null;
+    const abandoned = Number(row?.abandoned ?? 0);
+    const heldBacklog = Number(row?.held ?? 0);
+    const oldestMs = row?.oldest ? Math.max(0, this.now().getTime() - new Date(row.oldest).getTime()) : null;
     this.deps.metrics?.exportPending.set(pending);
-    this.deps.metrics?.exportOldestPendingSeconds.set(oldest ?? 0);
-    return { pending, oldestPendingSeconds: oldest === null ? null : Math.max(0, Math.round(oldest)) };
+    this.deps.metrics?.exportOldestPendingSeconds.set(oldestMs === null ? 0 : oldestMs / 1000);
+    const warnings: string[] = [];
+    if (oldestMs !== null && oldestMs > this.pendingWarnAfterMs)
+      warnings.push(
+        `a report has waited ${Math.round(oldestMs / 1000)} s for delivery (more than ${Math.round(this.pendingWarnAfterMs / 1000)} s)`,
+      );
+    if (abandoned > 0)
+      warnings.push(`${abandoned} report version(s) abandoned: see casebook export retry --report <id>`);
+    if (heldBacklog > 0)
+      warnings.push(
+        `${heldBacklog} report version(s) older than the export sink configuration are held: set EXPORT_BACKLOG`,
+      );
+    return {
+      pending,
+      oldestPendingSeconds: oldestMs === null ? null : Math.round(oldestMs / 1000),
+      abandoned,
+      heldBacklog,
+      inFlight: this.inFlight.size,
+      warnings,
+    };
   }
 
-  /** Stops the exporter and waits for the delivery in progress. */
+  /** Stops the exporter and waits for the deliveries in flight. */
   async stop(): Promise<void> {
     this.abort?.abort();
     await this.loop;
+    await Promise.allSettled(this.inFlight.values());
     this.loop = undefined;
   }
 
+  private wake(): void {
+    this.woken = true;
+    for (const w of [...this.wakers]) w();
+  }
+
   private async follow(signal: AbortSignal): Promise<void> {
-    // New outbox rows wake the loop at once when the runner is in this process.
+    // New outbox rows wake the loop at once when the runner is in this process; so does a
+    // delivery that finished (a slot is free). A wake during a pass makes the next pass start at once.
+    const applied = this.deps.runner.applied$.subscribe({ next: () => this.wake() });
     const wake = (resolve: () => void) => {
-      const subscription = this.deps.runner.applied$.subscribe({ next: () => resolve() });
-      return () => subscription.unsubscribe();
+      this.wakers.add(resolve);
+      return () => this.wakers.delete(resolve);
     };
-    while (!signal.aborted) {
-      try {
-        while (!signal.aborted && (await this.exportDue(signal)) > 0) {}
-      } catch (error) {
-        if (signal.aborted) return;
-        this.deps.logger.error({ err: error }, 'report export pass failed; retrying');
+    try {
+      while (!signal.aborted) {
+        this.woken = false;
+        try {
+          await this.pump(signal);
+        } catch (error) {
+          if (signal.aborted) return;
+          this.deps.logger.error({ err: error }, 'report export pass failed; retrying');
+        }
+        if (!this.woken) await sleep(this.pollMs, signal, wake);
       }
-      await sleep(this.pollMs, signal, wake);
+    } finally {
+      applied.unsubscribe();
     }
   }
 
   /**
-   * Exports every due row once (`casebook export` loop body; tests call it directly).
-   * @returns the number of rows attempted.
+   * One pass: queues (renders once) the versions that entered the outbox, new reports before the
+   * backlog, then starts due deliveries up to the concurrency limit without waiting for them.
+   * @returns the number of deliveries started.
+   */
+  async pump(signal?: AbortSignal): Promise<number> {
+    // One batch per pass: deliveries start while a large backlog is still being queued.
+    if (!signal?.aborted && (await this.queueNew()) > 0) this.woken = true;
+    return this.startDue(signal);
+  }
+
+  /**
+   * Queues and delivers everything due now and waits for those deliveries (tests, `casebook export`).
+   * @returns the number of deliveries made.
    */
   async exportDue(signal?: AbortSignal): Promise<number> {
+    let started = 0;
+    for (;;) {
+      const now = await this.pump(signal);
+      started += now;
+      if (now === 0 && this.inFlight.size === 0) return started;
+      await Promise.race(this.inFlight.values());
+    }
+  }
+
+  private async queueNew(): Promise<number> {
+    const rows = await this.deps.sql.query<{ tenant_id: number; response_id: number; version_id: number }>(
+      `SELECT tenant_id, response_id, version_id FROM rm_export_outbox
+        WHERE state IN ('pending', 'failed') AND sha256 IS NULL AND backlog IS DISTINCT FROM 'held'
+        ORDER BY backlog IS NOT NULL, created_at, response_id, version_id LIMIT 50`,
+    );
+    let queued = 0;
+    for (const r of rows) {
+      const responseId = Number(r.response_id);
+      const version = Number(r.version_id);
+      const key = `${responseId}-v${version}`;
+      if (this.queued.has(key) || (this.renderRetry.get(key) ?? 0) > Date.now()) continue;
+      try {
+        await this.queue(Number(r.tenant_id), responseId, version);
+        this.queued.add(key);
+        queued++;
+      } catch (error) {
+        // The version cannot be rendered (its resource is not readable): logged, tried in a minute.
+        this.renderRetry.set(key, Date.now() + 60_000);
+        this.deps.logger.error({ err: error, responseId, version }, 'report could not be queued for export');
+      }
+    }
+    return queued;
+  }
+
+  /** Renders one version and records it as ReportExportQueued (the text every attempt sends). */
+  private async queue(tenantId: number, responseId: number, version: number): Promise<void> {
+    this.installation ??= await installationId(this.context());
+    const installation = this.installation;
+    const rendered = await this.render(tenantId, responseId, version);
+    const data: ReportExportQueuedData = {
+      responseId,
+      version,
+      key: exportKey(installation, responseId, version),
+      installationId: installation,
+      text: rendered.text,
+      sha256: sha256Hex(rendered.text),
+      byteLength: Buffer.byteLength(rendered.text, 'utf8'),
+      ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
+      ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
+      ...(rendered.authored ? { authored: rendered.authored } : {}),
+      at: this.now().toISOString(),
+    };
+    await this.record(tenantId, { type: 'QueueExport', data }, `${responseId}-v${version}:queued`);
+  }
+
+  private async startDue(signal?: AbortSignal): Promise<number> {
+    const free = this.concurrency - this.inFlight.size;
+    if (free <= 0) return 0;
     const rows = await this.deps.sql.query<{
       tenant_id: number;
       response_id: number;
       version_id: number;
       attempts: number;
+      round_attempts: number;
+      round_started_at: string | Date | null;
     }>(
-      `SELECT tenant_id, response_id, version_id, attempts FROM rm_export_outbox
-       WHERE state IN ('pending', 'failed') AND next_attempt_at <= $1
-       ORDER BY next_attempt_at, response_id, version_id LIMIT 50`,
-      [this.now().toISOString()],
+      `SELECT tenant_id, response_id, version_id, attempts, round_attempts, round_started_at FROM rm_export_outbox
+        WHERE state IN ('pending', 'failed') AND sha256 IS NOT NULL AND next_attempt_at <= $1
+        ORDER BY backlog IS NOT NULL, next_attempt_at, response_id, version_id LIMIT $2`,
+      [this.now().toISOString(), free + this.inFlight.size],
     );
-    let attempted = 0;
+    let started = 0;
     for (const r of rows) {
-      if (signal?.aborted) break;
+      if (signal?.aborted || this.inFlight.size >= this.concurrency) break;
       const row: OutboxRow = {
         tenantId: Number(r.tenant_id),
         responseId: Number(r.response_id),
         version: Number(r.version_id),
         attempts: Number(r.attempts),
+        roundAttempts: Number(r.round_attempts),
+        roundStartedAt: r.round_started_at ? new Date(r.round_started_at) : undefined,
       };
       const key = `${row.responseId}-v${row.version}`;
+      if (this.inFlight.has(key)) continue;
       // Recorded here but not yet projected: not due again.
       if ((this.recorded.get(key) ?? 0) > row.attempts) continue;
       this.recorded.delete(key);
-      await this.exportOne(row);
-      attempted++;
+      const delivery = this.deliverOne(row)
+        .catch((error: unknown) =>
+          this.deps.logger.error(
+            { err: error, responseId: row.responseId, version: row.version },
+            'recording a report export outcome failed; retried on the next pass',
+          ),
+        )
+        .finally(() => {
+          this.inFlight.delete(key);
+          this.wake();
+        });
+      this.inFlight.set(key, delivery);
+      started++;
     }
-    return attempted;
+    return started;
   }
 
-  private async exportOne(row: OutboxRow): Promise<void> {
+  /** The queued report of a version, exactly as recorded (the last ReportExportQueued of it). */
+  private async queuedReport(row: OutboxRow): Promise<ReportExportQueuedData> {
+    const events = await this.deps.store.readStream(exportStream(row.responseId));
+    const queued = events
+      .filter((e) => e.type === REPORT_EXPORT_QUEUED)
+      .map((e) => e.data as ReportExportQueuedData)
+      .find((d) => d.version === row.version);
+    if (!queued) throw new Error(`QuestionnaireResponse/${row.responseId} v${row.version} was never queued`);
+    return queued;
+  }
+
+  private async deliverOne(row: OutboxRow): Promise<void> {
     const attempt = row.attempts + 1;
     const key = `${row.responseId}-v${row.version}`;
-    let event: { type: string; data: ReportExportedData | ReportExportFailedData };
-    this.deps.metrics?.exportAttempts.inc({ sink: this.sink.label });
+    const { logger, metrics } = this.deps;
+    const queued = await this.queuedReport(row);
+    const report: Report = {
+      text: queued.text,
+      idempotencyKey: queued.key,
+      patientIdentifier: queued.patientIdentifier,
+      encounterIdentifier: queued.encounterIdentifier,
+      responseId: row.responseId,
+      version: row.version,
+      authored: queued.authored,
+      queuedAt: queued.at,
+    };
+    metrics?.exportAttempts.inc({ sink: this.sink.label });
+    let command: ExportCommand;
+    let outcome: 'delivered' | 'failed' | 'abandoned';
     try {
-      const report = await this.render(row);
-      await this.sink.deliver(report);
-      const at = this.now().toISOString();
-      event = {
-        type: REPORT_EXPORTED,
-        data: { responseId: row.responseId, version: row.version, sink: this.sink.label, attempt, at },
+      await this.sink.deliver(report, this.abort?.signal);
+      outcome = 'delivered';
+      command = {
+        type: 'RecordDelivery',
+        data: {
+          responseId: row.responseId,
+          version: row.version,
+          sink: this.sink.label,
+          attempt,
+          key: queued.key,
+          sha256: queued.sha256,
+          at: this.now().toISOString(),
+        },
       };
-      this.deps.logger.info({ responseId: row.responseId, version: row.version, attempt }, 'report exported');
-      this.deps.metrics?.exportDeliveries.inc({ outcome: 'delivered', sink: this.sink.label });
+      logger.info({ responseId: row.responseId, version: row.version, attempt }, 'report exported');
     } catch (error) {
+      // Stopping, not failing: the attempt is neither a failure nor counted; the next process sends it.
+      if (this.abort?.signal.aborted) return;
       const now = this.now();
-      // Outside text, sanitised: no control characters, no paths (the process log has the detail).
-      const message = deliveryError(error);
-      this.deps.metrics?.exportDeliveries.inc({ outcome: 'failed', sink: this.sink.label });
+      const reason = failureReason(error, this.sink.label);
+      const inRound = attempt - row.roundAttempts;
+      const since = row.roundStartedAt ?? new Date(queued.at);
+      const overdue = now.getTime() - since.getTime() >= this.giveUpAfterMs;
+      const abandon =
+        inRound >= this.maxAttempts
+          ? `gave up after ${inRound} attempt${inRound === 1 ? '' : 's'}; last error: ${reason}`
+          : overdue
+            ? `gave up after ${Math.round(this.giveUpAfterMs / 1000)} s of attempts; last error: ${reason}`
+            : undefined;
+      outcome = abandon ? 'abandoned' : 'failed';
       const nextAttemptAt = new Date(
-        now.getTime() + backoff(attempt, this.retryBaseMs, this.retryMaxMs),
+        now.getTime() + jitteredBackoff(attempt, this.retryBaseMs, this.retryMaxMs, this.random),
       ).toISOString();
-      event = {
-        type: REPORT_EXPORT_FAILED,
+      command = {
+        type: 'RecordFailure',
         data: {
           responseId: row.responseId,
           version: row.version,
           attempt,
-          error: message,
+          error: reason,
           nextAttemptAt,
           at: now.toISOString(),
         },
+        ...(abandon ? { abandon } : {}),
       };
-      this.deps.logger.warn(
+      // The raw error (a path, a stack) only in the log; the event holds the sanitised reason.
+      logger.warn(
         {
           responseId: row.responseId,
           version: row.version,
           attempt,
-          error: message,
           err: error,
+          reason,
           nextAttemptAt,
+          abandon,
         },
-        'report export failed',
+        abandon ? 'report export abandoned' : 'report export failed',
       );
     }
-    const ctx = this.deps.context({ tenantId: row.tenantId, actor: ACTOR });
-    // A command id derived from the outcome: the same outcome recorded twice is one event.
-    await execute(
-      ctx,
-      (uow) =>
-        uow.decide(
-          exportStream(row.responseId),
-          exportDecider,
-          event.type === REPORT_EXPORTED
-            ? { type: 'RecordDelivery', data: event.data as ReportExportedData }
-            : { type: 'RecordFailure', data: event.data as ReportExportFailedData },
-        ),
-      { commandId: uuidv5(`${key}:${attempt}:${event.type}`, EVENT_NAMESPACE) },
-    );
+    await this.record(row.tenantId, command, `${key}:${attempt}:${command.type}`);
+    metrics?.exportDeliveries.inc({ outcome, sink: this.sink.label });
     // Until the outbox shows this attempt (async read models), the row is not due again.
     this.recorded.set(key, attempt);
     const response = await readResource(this.deps.sql, 'QuestionnaireResponse', row.responseId, row.tenantId);
@@ -303,7 +579,7 @@ export class Exporter {
       interaction: 'report-export',
       action: 'E',
       recorded: this.now().toISOString(),
-      status: event.type === REPORT_EXPORTED ? 200 : 502,
+      status: outcome === 'delivered' ? 200 : 502,
       agent: { kind: 'system', name: 'export' },
       entities: [
         { reference: `QuestionnaireResponse/${row.responseId}`, patientId: response?.patientId ?? null },
@@ -311,38 +587,43 @@ export class Exporter {
     });
   }
 
+  /** Appends the decision on the response's export stream; a command id derived from it makes a repeat a no-op. */
+  private async record(tenantId: number, command: ExportCommand, id: string): Promise<void> {
+    const ctx = this.deps.context({ tenantId, actor: ACTOR });
+    await execute(ctx, (uow) => uow.decide(exportStream(command.data.responseId), exportDecider, command), {
+      commandId: uuidv5(id, EVENT_NAMESPACE),
+    });
+  }
+
   /** The report of one response version: its plain-text narrative and hospital identifiers. */
-  private async render(row: OutboxRow) {
+  private async render(tenantId: number, responseId: number, version: number) {
     const { sql, store } = this.deps;
-    const recorded = await store.readStream(resourceStream('QuestionnaireResponse', row.responseId), {
-      fromRevision: BigInt(row.version - 1),
+    const recorded = await store.readStream(resourceStream('QuestionnaireResponse', responseId), {
+      fromRevision: BigInt(version - 1),
       maxCount: 1,
     });
-    const content = recorded.find((e) => Number(e.revision) === row.version - 1)?.data as
+    const content = recorded.find((e) => Number(e.revision) === version - 1)?.data as
       | { resource?: Content }
       | undefined;
     let resource = content?.resource;
     if (!resource) {
-      const current = await readResource(sql, 'QuestionnaireResponse', row.responseId, row.tenantId);
-      if (!current || current.versionId !== row.version)
-        throw new Error(`QuestionnaireResponse/${row.responseId} version ${row.version} not found`);
+      const current = await readResource(sql, 'QuestionnaireResponse', responseId, tenantId);
+      if (!current || current.versionId !== version)
+        throw new Error(`QuestionnaireResponse/${responseId} version ${version} not found`);
       resource = current.resource;
     }
-    const questionnaire = await this.questionnaire(row.tenantId, resource.questionnaire);
+    const questionnaire = await this.questionnaire(tenantId, resource.questionnaire);
     const { text } = generateNarrative(resource as unknown as QuestionnaireResponse, questionnaire);
     const patientId = referencedId(resource.subject, 'Patient');
     const encounterId = referencedId(resource.encounter, 'Encounter');
     const patient =
-      patientId !== undefined ? await readResource(sql, 'Patient', patientId, row.tenantId) : undefined;
+      patientId !== undefined ? await readResource(sql, 'Patient', patientId, tenantId) : undefined;
     const encounter =
-      encounterId !== undefined ? await readResource(sql, 'Encounter', encounterId, row.tenantId) : undefined;
+      encounterId !== undefined ? await readResource(sql, 'Encounter', encounterId, tenantId) : undefined;
     return {
       text,
-      idempotencyKey: `qr-${row.responseId}-v${row.version}`,
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
-      responseId: row.responseId,
-      version: row.version,
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,
     };
   }

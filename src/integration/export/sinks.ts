@@ -8,6 +8,7 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { sanitizeOutsideText } from './outside-text.js';
 
 export interface HospitalIdentifier {
   readonly system: string;
@@ -26,16 +27,21 @@ export interface Report {
   readonly version: number;
   /** QuestionnaireResponse.authored, when given. */
   readonly authored?: string | undefined;
+  /**
+   * When the report version was queued (ISO 8601): the message time of an HL7 message, so every
+   * attempt sends the same bytes.
+   */
+  readonly queuedAt?: string | undefined;
 }
 
 export interface Sink {
   /** Scheme and host of the sink, for the event log (never credentials or paths). */
   readonly label: string;
   /**
-   * Delivers one report.
-   * @throws {Error} when the sink did not accept it.
+   * Delivers one report; `signal` aborts it (the exporter is stopping).
+   * @throws {Error} when the sink did not accept it, or the delivery was aborted.
    */
-  deliver(report: Report): Promise<void>;
+  deliver(report: Report, signal?: AbortSignal): Promise<void>;
 }
 
 export interface SinkOptions {
@@ -78,7 +84,7 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
   target.password = '';
   return {
     label: `${url.protocol}//${url.host}`,
-    deliver: async (report) => {
+    deliver: async (report, signal) => {
       const headers: Record<string, string> = {
         'Content-Type': 'text/plain; charset=utf-8',
         'Idempotency-Key': report.idempotencyKey,
@@ -89,13 +95,23 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
         headers['X-Patient-Identifier'] = identifierHeader(report.patientIdentifier);
       if (report.encounterIdentifier)
         headers['X-Encounter-Identifier'] = identifierHeader(report.encounterIdentifier);
-      const res = await fetch(target, {
-        method: 'POST',
-        headers,
-        body: report.text,
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      await res.arrayBuffer().catch(() => undefined);
+      // One controller with a plain timer: a signal from AbortSignal.any over AbortSignal.timeout
+      // can be garbage-collected before it fires, and a hanging sink then holds the delivery for ever.
+      const controller = new AbortController();
+      const timer = setTimeout(
+        () => controller.abort(new DOMException(`no answer within ${timeoutMs} ms`, 'TimeoutError')),
+        timeoutMs,
+      );
+      const stop = () => controller.abort(signal?.reason);
+      signal?.addEventListener('abort', stop, { once: true });
+      let res: Response;
+      try {
+        res = await fetch(target, { method: 'POST', headers, body: report.text, signal: controller.signal });
+        await res.arrayBuffer().catch(() => undefined);
+      } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', stop);
+      }
       if (!res.ok) throw new Error(`HTTP ${res.status} from the export sink`);
     },
   };
@@ -107,7 +123,8 @@ const fileSink = (url: URL): Sink => {
     label: 'file://',
     deliver: async (report) => {
       await mkdir(dir, { recursive: true });
-      const name = join(dir, `${report.responseId}-v${report.version}.txt`);
+      // The key names the file: unique across installations, stable across attempts.
+      const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
       const tmp = `${name}.tmp`;
       await writeFile(tmp, report.text, 'utf8');
       await rename(tmp, name);
@@ -213,7 +230,7 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
     throw new Error('EXPORT_SINK: mllp needs mllp://host:port');
   return {
     label: `mllp://${url.host}`,
-    deliver: (report) =>
+    deliver: (report, signal) =>
       new Promise<void>((resolve, reject) => {
         const socket = connect({ host, port });
         let received = Buffer.alloc(0);
@@ -230,7 +247,9 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
           () => finish(new Error(`no MLLP acknowledgement within ${timeoutMs} ms`)),
           timeoutMs,
         );
-        socket.on('connect', () => socket.write(mllpFrame(buildOru(report))));
+        socket.on('connect', () =>
+          socket.write(mllpFrame(buildOru(report, report.queuedAt ? new Date(report.queuedAt) : undefined))),
+        );
         socket.on('data', (chunk: Buffer) => {
           received = Buffer.concat([received, chunk]);
           const start = received.indexOf(VT);
@@ -238,11 +257,25 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
           if (start < 0 || end < 0) return;
           const ack = received.subarray(start + 1, end).toString('utf8');
           const msa = ack.split(/\r\n?|\n/).find((s) => s.startsWith('MSA|'));
-          const code = msa?.split('|')[1];
+          const fields = msa?.split('|') ?? [];
+          const code = fields[1];
           if (code === 'AA' || code === 'CA') finish();
-          else finish(new Error(`HL7 receiver answered ${code ?? 'without MSA'}`));
+          else {
+            // The receiver's words are outside text: made safe and bounded before they reach an event.
+            const text = fields[3] ? `: ${sanitizeOutsideText(fields[3], 200)}` : '';
+            finish(
+              new Error(
+                code === undefined
+                  ? 'HL7 receiver answered without an MSA segment'
+                  : `HL7 receiver answered ${sanitizeOutsideText(code, 20)}${text}`,
+              ),
+            );
+          }
         });
         socket.on('error', (error) => finish(error));
+        signal?.addEventListener('abort', () => finish(new Error('the delivery was aborted')), {
+          once: true,
+        });
         socket.on('close', () => finish(new Error('MLLP connection closed before the acknowledgement')));
       }),
   };

@@ -5,7 +5,12 @@
 import type { Sql } from '../../db/sql.js';
 
 export interface ExportStatus {
-  readonly state: 'pending' | 'delivered' | 'failed' | 'disabled';
+  /**
+   * `pending` (not yet tried), `failed` (an attempt failed, more follow), `abandoned` (retrying
+   * ended: ReportExportAbandoned), `delivered`, `skipped` (a backlog report not sent by choice),
+   * `disabled` (no sink).
+   */
+  readonly state: 'pending' | 'delivered' | 'failed' | 'abandoned' | 'skipped' | 'disabled';
   readonly attempts: number;
   readonly lastError?: string;
   readonly deliveredAt?: string;
@@ -26,15 +31,15 @@ export const exportStatus = async (
     last_error: string | null;
     delivered_at: string | Date | null;
   }>(
-    `SELECT state, attempts, last_error, delivered_at FROM rm_export_outbox WHERE response_id = $1
+    `SELECT state, attempts, COALESCE(abandoned_reason, last_error) AS last_error, delivered_at FROM rm_export_outbox WHERE response_id = $1
      ORDER BY version_id DESC LIMIT 1`,
     [responseId],
   );
   if (!row) return undefined;
   if (config && !config.exportSink) return { state: 'disabled', attempts: 0 };
-  if (row.state !== 'pending' && row.state !== 'delivered' && row.state !== 'failed') return undefined;
+  if (!['pending', 'delivered', 'failed', 'abandoned', 'skipped'].includes(row.state)) return undefined;
   return {
-    state: row.state,
+    state: row.state as ExportStatus['state'],
     attempts: Number(row.attempts),
     ...(row.last_error ? { lastError: row.last_error } : {}),
     ...(row.delivered_at ? { deliveredAt: new Date(row.delivered_at).toISOString() } : {}),
