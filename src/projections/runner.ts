@@ -455,14 +455,25 @@ export class ProjectionRunner {
       }
       return from;
     };
-    // Catch up without blocking appends while there is more than a page to read.
+    // Catch up without blocking appends while there is more than a page to read. On Postgres the
+    // next page is read (on another pool connection) while this one is applied; after a page every
+    // remaining checkpoint is at its end, so that is where the next one starts.
+    const readPage = (from: Position | undefined) => {
+      const page = this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      page.catch(() => undefined); // awaited below, or dropped when the loop ends early
+      return page;
+    };
+    const prefetch = this.sql.kind === 'postgres';
+    let next = readPage(least());
     while (!signal?.aborted && checkpoints.size > 0) {
-      const from = least();
-      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      const page = await next;
       if (page.length < this.pageSize) break;
+      const last = page.at(-1)!.position;
+      if (prefetch) next = readPage(last);
       await this.applyCatchUp(page, checkpoints, this.sql);
+      if (!prefetch) next = readPage(least());
       read += page.length;
-      onProgress?.(read, page.at(-1)!.position);
+      onProgress?.(read, last);
     }
     if (signal?.aborted || checkpoints.size === 0) return read;
     // The last pages under the append lock, then live: no append can fall in between.
