@@ -40,8 +40,8 @@ import type { Projection } from './projection.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
-/** Events per catch-up transaction. */
-const CATCH_UP_PAGE = 5000;
+/** Events per catch-up transaction (two pages are in memory at once: see buildInline). */
+const CATCH_UP_PAGE = 2500;
 /** How often an idle runner looks for projections to build, milliseconds. */
 const IDLE_POLL_MS = 2000;
 /** How long a following runner waits for more events to batch with one that arrived, milliseconds. */
