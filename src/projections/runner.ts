@@ -40,8 +40,8 @@ import type { Projection } from './projection.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
-/** Events per catch-up transaction. */
-const CATCH_UP_PAGE = 5000;
+/** Events per catch-up transaction (two pages are in memory at once: see buildInline). */
+const CATCH_UP_PAGE = 2500;
 /** How often an idle runner looks for projections to build, milliseconds. */
 const IDLE_POLL_MS = 2000;
 /** How long a following runner waits for more events to batch with one that arrived, milliseconds. */
@@ -473,14 +473,25 @@ export class ProjectionRunner {
       }
       return from;
     };
-    // Catch up without blocking appends while there is more than a page to read.
+    // Catch up without blocking appends while there is more than a page to read. On Postgres the
+    // next page is read (on another pool connection) while this one is applied; after a page every
+    // remaining checkpoint is at its end, so that is where the next one starts.
+    const readPage = (from: Position | undefined) => {
+      const page = this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      page.catch(() => undefined); // awaited below, or dropped when the loop ends early
+      return page;
+    };
+    const prefetch = this.sql.kind === 'postgres';
+    let next = readPage(least());
     while (!signal?.aborted && checkpoints.size > 0) {
-      const from = least();
-      const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
+      const page = await next;
       if (page.length < this.pageSize) break;
+      const last = page.at(-1)!.position;
+      if (prefetch) next = readPage(last);
       await this.applyCatchUp(page, checkpoints, this.sql);
+      if (!prefetch) next = readPage(least());
       read += page.length;
-      onProgress?.(read, page.at(-1)!.position);
+      onProgress?.(read, last);
     }
     if (signal?.aborted || checkpoints.size === 0) return read;
     // The last pages under the append lock, then live: no append can fall in between.

@@ -212,6 +212,62 @@ for (const db of testDatabases) {
       expect(await createPatient(ctx)).to.be.a('number');
     });
 
+    it('rebuilds in pages: a projection that fails stops at its event, the others are built past it', async () => {
+      // Pages of 5: most pages are applied outside the append lock (the next one read meanwhile on
+      // Postgres), the last ones under it.
+      let broken = false;
+      const fragile: Projection = {
+        ...resourcesProjection,
+        apply: async (events, tx, mode) => {
+          if (broken && events.some((e) => JSON.stringify(e.data).includes('poison')))
+            throw new TypeError('cannot apply this event');
+          await resourcesProjection.apply(events, tx, mode);
+        },
+      };
+      const projections = allProjections.map((p) => (p.name === 'resources' ? fragile : p));
+      const { ctx, sql, store, runner } = await open(projections, 5);
+      const before: number[] = [];
+      for (let i = 0; i < 12; i++) before.push(await createPatient(ctx));
+      const poisonId = uuid();
+      await store.append(
+        'Patient-999999',
+        [
+          {
+            id: poisonId,
+            type: 'PatientRegistered',
+            data: {
+              id: 999_999,
+              tenantId: 1,
+              resource: { identifier: [{ system: 'urn:x', value: 'poison' }] },
+              at: NOW,
+            },
+            metadata: {
+              tenantId: 1,
+              actor: { type: 'system', id: 'test' },
+              correlationId: uuid(),
+              causationId: null,
+              requestId: null,
+              recordedAt: NOW,
+            },
+          },
+        ],
+        'no_stream',
+      );
+      const sessions: number[] = [];
+      for (let i = 0; i < 12; i++) sessions.push(await createSession(ctx));
+
+      broken = true;
+      await runner.rebuild();
+      const stopped = await state(sql, 'resources');
+      expect(stopped.status).to.equal('stopped');
+      expect(stopped.detail).to.deep.include({ stream: 'Patient-999999', eventId: poisonId });
+      expect(await patientIds(sql)).to.deep.equal(before);
+      for (const name of ['tenants', 'api_clients', 'sessions', 'export-outbox', 'audit-events'])
+        expect((await state(sql, name)).status, name).to.equal('live');
+      const rows = await sql.query<{ id: number }>(`SELECT id FROM rm_sessions ORDER BY id`);
+      expect(rows.map((r) => Number(r.id))).to.deep.equal(sessions);
+    });
+
     it('reports a write that stopped a projection as stored but unavailable', async () => {
       const fragile: Projection = {
         ...sessionsProjection,

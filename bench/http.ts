@@ -1,0 +1,399 @@
+/**
+ * `npm run bench:http` (issue 11 "Numbers to reach"): casebook's HTTP throughput as a ratio of a
+ * raw Koa + pg server's, all measured in one run on one machine, so that the ratios hold on a busy
+ * box where absolute numbers do not.
+ *
+ * Systems, each a child process started and stopped in turn:
+ *   raw               bench/support/baseline.ts: INSERT jsonb / SELECT by id, casebook's body parser
+ *   casebook-postgres `casebook serve` on PostgreSQL, a fresh schema (dropped at the end)
+ *   casebook-pglite   `casebook serve` on PGlite in a fresh data directory
+ * and `casebook serve` on the same PostgreSQL schema with AUDIT_READS=false, for what auditing
+ * reads costs.
+ *
+ * Each request shape gets BENCH_WARMUP seconds (default 2) of warm-up, then BENCH_DURATION seconds
+ * (default 10) measured with autocannon, 20 connections unless said otherwise. PostgreSQL comes
+ * from BENCH_DATABASE_URL, else TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
+ * bench/README.md explains the table.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { type Measured, measure, type Shape } from './support/load.js';
+import { freePort, spawnTs, waitFor200, waitForOutput } from './support/process.js';
+
+const POSTGRES_URL =
+  process.env.BENCH_DATABASE_URL ??
+  process.env.TEST_DATABASE_URL ??
+  'postgres://postgres@127.0.0.1:5432/test';
+const SECONDS = Number(process.env.BENCH_DURATION ?? 10);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
+const CONNECTIONS = 20;
+/** Patients created before the reads, each with its own identifier. */
+const PRELOADED = 500;
+
+const TARGETS = {
+  post: 0.15, // POST /Patient ÷ raw INSERT
+  scaling: 4, // POST /Patient with 20 connections ÷ with 1
+  getId: 0.6, // GET /Patient/{id} ÷ raw SELECT by id
+  getIdentifier: 0.4, // GET /Patient?identifier= ÷ raw SELECT by id
+  session: 0.1, // POST /auth/sessions ÷ raw INSERT
+  audited: 0.75, // GET /Patient/{id} audited ÷ not audited
+} as const;
+
+const SYSTEM = 'urn:bench:patient';
+const CLIENT_ID = 'bench-client';
+const CLIENT_SECRET = randomBytes(18).toString('base64url');
+const AUTH = `Basic ${Buffer.from(`${CLIENT_ID}:${CLIENT_SECRET}`).toString('base64')}`;
+const FHIR_JSON = { 'content-type': 'application/fhir+json', authorization: AUTH };
+const RUN = randomBytes(4).toString('hex');
+let counter = 0;
+
+/** A realistic Patient with an identifier no other request of this run uses. */
+const patientBody = () => {
+  counter += 1;
+  return JSON.stringify({
+    resourceType: 'Patient',
+    identifier: [{ system: SYSTEM, value: `${RUN}-${counter}` }],
+    name: [{ family: 'Bench', given: ['Ada', `N${counter}`] }],
+    gender: counter % 2 ? 'female' : 'male',
+    birthDate: `19${50 + (counter % 50)}-0${1 + (counter % 9)}-1${counter % 10}`,
+  });
+};
+
+const pick = <T>(values: readonly T[]): T => values[Math.floor(Math.random() * values.length)] as T;
+
+interface Row {
+  readonly system: string;
+  readonly request: string;
+  readonly connections: number;
+  readonly measured: Measured;
+  /** `ratio` of `against`, and its target. */
+  readonly ratio?: { value: number; against: string; target: number };
+}
+
+const rows: Row[] = [];
+
+const withSchemaUrl = (schema: string) => {
+  const url = new URL(POSTGRES_URL);
+  url.searchParams.set('options', `-c search_path=${schema}`);
+  return url.toString();
+};
+
+const createSchema = async (admin: pg.Client, prefix: string) => {
+  const schema = `${prefix}_${randomBytes(4).toString('hex')}`;
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  return schema;
+};
+
+const run = (url: string, shape: Shape, pid: number, connections = CONNECTIONS) =>
+  measure(url, shape, { connections, seconds: SECONDS, warmupSeconds: WARMUP, pid });
+
+/** Starts the raw baseline and measures its INSERT (20 and 1 connections) and SELECT by id. */
+const benchRaw = async (schema: string) => {
+  const port = await freePort();
+  const child = spawnTs('bench/support/baseline.ts', [], {
+    BASELINE_DATABASE_URL: withSchemaUrl(schema),
+    PORT: String(port),
+  });
+  try {
+    const base = `http://127.0.0.1:${port}`;
+    await waitForOutput(child, 'listening');
+    const ids: string[] = [];
+    for (let i = 0; i < PRELOADED; i++) {
+      const response = await fetch(`${base}/Patient`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: patientBody(),
+      });
+      ids.push(String(((await response.json()) as { id: string }).id));
+    }
+    const insert: Shape = {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      next: () => ({ path: '/Patient', body: patientBody() }),
+    };
+    const select: Shape = { method: 'GET', headers: {}, next: () => ({ path: `/Patient/${pick(ids)}` }) };
+    const post20 = await run(base, insert, child.pid);
+    rows.push({ system: 'raw', request: 'INSERT jsonb', connections: CONNECTIONS, measured: post20 });
+    const post1 = await run(base, insert, child.pid, 1);
+    rows.push({ system: 'raw', request: 'INSERT jsonb', connections: 1, measured: post1 });
+    const get = await run(base, select, child.pid);
+    rows.push({ system: 'raw', request: 'SELECT by id', connections: CONNECTIONS, measured: get });
+    return { insert: post20.rps, select: get.rps };
+  } finally {
+    await child.stop();
+  }
+};
+
+/** Starts `casebook serve` with `env` and a seed of one tenant and one API client; waits for /readyz. */
+const startCasebook = async (env: Record<string, string>, seedFile: string) => {
+  const port = await freePort();
+  const child = spawnTs('src/cli/main.ts', ['serve'], {
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    CASEBOOK_SEED: seedFile,
+    ...env,
+  });
+  await waitFor200(`http://127.0.0.1:${port}/readyz`, child, performance.now());
+  return { child, base: `http://127.0.0.1:${port}` };
+};
+
+/** Creates the Practitioner and PRELOADED Patients the reads and sessions use. */
+const preload = async (base: string) => {
+  const post = async (type: string, body: string) => {
+    const response = await fetch(`${base}/fhir/r5/${type}`, { method: 'POST', headers: FHIR_JSON, body });
+    if (response.status !== 201) throw new Error(`POST ${type}: ${response.status} ${await response.text()}`);
+    return String(((await response.json()) as { id: string | number }).id);
+  };
+  const practitioner = await post(
+    'Practitioner',
+    JSON.stringify({
+      resourceType: 'Practitioner',
+      identifier: [{ system: 'urn:bench:staff', value: `${RUN}-dr` }],
+      name: [{ family: 'House' }],
+    }),
+  );
+  const patients: { id: string; identifier: string }[] = [];
+  for (let i = 0; i < PRELOADED; i++) {
+    const body = patientBody();
+    patients.push({ id: await post('Patient', body), identifier: `${RUN}-${counter}` });
+  }
+  return { practitioner, patients };
+};
+
+/** Measures casebook's POST (20 and 1 connections), GET by id, search by identifier and sessions. */
+const benchCasebook = async (
+  system: string,
+  env: Record<string, string>,
+  seedFile: string,
+  raw: { insert: number; select: number },
+) => {
+  const { child, base } = await startCasebook(env, seedFile);
+  try {
+    const { practitioner, patients } = await preload(base);
+    const create: Shape = {
+      method: 'POST',
+      headers: FHIR_JSON,
+      next: () => ({ path: '/fhir/r5/Patient', body: patientBody() }),
+    };
+    const post20 = await run(base, create, child.pid);
+    rows.push({
+      system,
+      request: 'POST /Patient',
+      connections: CONNECTIONS,
+      measured: post20,
+      ratio: { value: post20.rps / raw.insert, against: 'raw INSERT', target: TARGETS.post },
+    });
+    const post1 = await run(base, create, child.pid, 1);
+    rows.push({
+      system,
+      request: 'POST /Patient',
+      connections: 1,
+      measured: post1,
+      ratio: { value: post20.rps / post1.rps, against: '20 conn ÷ 1 conn', target: TARGETS.scaling },
+    });
+    const byId = await run(
+      base,
+      {
+        method: 'GET',
+        headers: { authorization: AUTH },
+        next: () => ({ path: `/fhir/r5/Patient/${pick(patients).id}` }),
+      },
+      child.pid,
+    );
+    rows.push({
+      system,
+      request: 'GET /Patient/{id}',
+      connections: CONNECTIONS,
+      measured: byId,
+      ratio: { value: byId.rps / raw.select, against: 'raw SELECT', target: TARGETS.getId },
+    });
+    const byIdentifier = await run(
+      base,
+      {
+        method: 'GET',
+        headers: { authorization: AUTH },
+        next: () => ({
+          path: `/fhir/r5/Patient?identifier=${encodeURIComponent(`${SYSTEM}|${pick(patients).identifier}`)}`,
+        }),
+      },
+      child.pid,
+    );
+    rows.push({
+      system,
+      request: 'GET /Patient?identifier=',
+      connections: CONNECTIONS,
+      measured: byIdentifier,
+      ratio: { value: byIdentifier.rps / raw.select, against: 'raw SELECT', target: TARGETS.getIdentifier },
+    });
+    const sessions = await run(
+      base,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: AUTH },
+        next: () => ({
+          path: '/auth/sessions',
+          body: JSON.stringify({
+            user: Number(practitioner),
+            fhirContext: [
+              {
+                type: 'Patient',
+                identifier: { system: SYSTEM, value: pick(patients).identifier },
+                role: 'https://casebook.dev/fhir/role/find',
+              },
+            ],
+          }),
+        }),
+      },
+      child.pid,
+    );
+    rows.push({
+      system,
+      request: 'POST /auth/sessions (find)',
+      connections: CONNECTIONS,
+      measured: sessions,
+      ratio: { value: sessions.rps / raw.insert, against: 'raw INSERT', target: TARGETS.session },
+    });
+    return { patients, getId: byId.rps };
+  } finally {
+    await child.stop();
+  }
+};
+
+/** GET /Patient/{id} on a casebook that does not audit reads, on an existing schema. */
+const benchUnaudited = async (
+  env: Record<string, string>,
+  seedFile: string,
+  ids: readonly string[],
+  audited: number,
+) => {
+  const { child, base } = await startCasebook({ ...env, AUDIT_READS: 'false' }, seedFile);
+  try {
+    const measured = await run(
+      base,
+      {
+        method: 'GET',
+        headers: { authorization: AUTH },
+        next: () => ({ path: `/fhir/r5/Patient/${pick(ids)}` }),
+      },
+      child.pid,
+    );
+    rows.push({
+      system: 'casebook-postgres',
+      request: 'GET /Patient/{id}, AUDIT_READS=false',
+      connections: CONNECTIONS,
+      measured,
+      ratio: { value: audited / measured.rps, against: 'audited ÷ not audited', target: TARGETS.audited },
+    });
+  } finally {
+    await child.stop();
+  }
+};
+
+const fmt = (n: number, digits = 0) =>
+  Number.isFinite(n)
+    ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+    : '—';
+
+const printTable = () => {
+  const header = [
+    'system',
+    'request',
+    'conns',
+    'RPS',
+    'p50 ms',
+    'p99 ms',
+    'failed',
+    'ratio',
+    'of',
+    'target',
+    '',
+    'CPU ms/req',
+  ];
+  const lines = rows.map((r) => [
+    r.system,
+    r.request,
+    String(r.connections),
+    fmt(r.measured.rps),
+    fmt(r.measured.p50, 1),
+    fmt(r.measured.p99, 1),
+    fmt(r.measured.failures),
+    r.ratio ? (r.ratio.target >= 1 ? `×${fmt(r.ratio.value, 1)}` : `${fmt(r.ratio.value * 100)} %`) : '',
+    r.ratio?.against ?? '',
+    r.ratio ? (r.ratio.target >= 1 ? `≥ ×${r.ratio.target}` : `≥ ${r.ratio.target * 100} %`) : '',
+    r.ratio ? (r.ratio.value >= r.ratio.target ? 'pass' : 'MISS') : '',
+    fmt(r.measured.cpuPerRequest, 2),
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join(' | ')} |`;
+  console.log(line(header));
+  console.log(line(widths.map((w) => '-'.repeat(w))));
+  for (const l of lines) console.log(line(l));
+};
+
+const main = async () => {
+  console.log(
+    `bench:http — ${SECONDS} s per run after ${WARMUP} s warm-up, ${CONNECTIONS} connections; load average at start ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')}`,
+  );
+  const admin = new pg.Client({ connectionString: POSTGRES_URL });
+  await admin.connect();
+  const schemas: string[] = [];
+  const dataDir = mkdtempSync(join(tmpdir(), 'casebook-bench-http-'));
+  const seedFile = join(dataDir, 'seed.json');
+  writeFileSync(
+    seedFile,
+    JSON.stringify({
+      tenants: [
+        {
+          name: 'Bench Hospital',
+          ehr_managed: false,
+          allowed_scopes: 'patient/*.* user/*.*',
+          clients: [
+            { client_id: CLIENT_ID, client_secret: CLIENT_SECRET, scopes: 'system/*.*', projects: ['bench'] },
+          ],
+        },
+      ],
+    }),
+  );
+  try {
+    const rawSchema = await createSchema(admin, 'bench_raw');
+    schemas.push(rawSchema);
+    console.log('raw Koa + pg…');
+    const raw = await benchRaw(rawSchema);
+    const cbSchema = await createSchema(admin, 'bench_http');
+    schemas.push(cbSchema);
+    const pgEnv = { DATABASE_URL: withSchemaUrl(cbSchema) };
+    console.log('casebook on PostgreSQL…');
+    const onPg = await benchCasebook('casebook-postgres', pgEnv, seedFile, raw);
+    console.log('casebook on PostgreSQL, AUDIT_READS=false…');
+    await benchUnaudited(
+      pgEnv,
+      seedFile,
+      onPg.patients.map((p) => p.id),
+      onPg.getId,
+    );
+    console.log('casebook on PGlite…');
+    await benchCasebook('casebook-pglite', { DATA_DIR: join(dataDir, 'pglite') }, seedFile, raw);
+  } finally {
+    for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await admin.end();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  console.log(
+    `\nload average at end ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')}\n`,
+  );
+  printTable();
+};
+
+await main().catch((error: unknown) => {
+  if (rows.length > 0) printTable();
+  console.error(error);
+  process.exitCode = 1;
+});

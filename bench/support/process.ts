@@ -1,0 +1,132 @@
+/**
+ * Child processes for the benches: start a server, wait until it answers, read its CPU time and
+ * resident set from /proc, stop it. Servers run as `node --import tsx <script>` (not the `tsx`
+ * binary, which forks a second node process), so the pid measured is the server's own.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** The repository root (the benches run from it: `npm run bench:*`). */
+export const ROOT = new URL('../..', import.meta.url).pathname;
+
+/** Clock ticks per second of /proc/<pid>/stat times (usually 100). */
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+/** A free TCP port on 127.0.0.1 (the OS picks it; a tiny race with other processes is accepted). */
+export const freePort = async (): Promise<number> => {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  server.close();
+  if (!address || typeof address === 'string') throw new Error('no port');
+  return address.port;
+};
+
+/** A started child process with its output kept for error messages. */
+export interface Child {
+  readonly process: ChildProcess;
+  readonly pid: number;
+  /** The last 64 KiB of stdout and stderr together. */
+  output(): string;
+  /** Sends SIGTERM, waits up to 10 s for the exit, then SIGKILL. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Spawns `node [nodeArgs] --import tsx <script> [args]` in the repository root with `env` added to
+ * this process's environment.
+ */
+export const spawnTs = (
+  script: string,
+  args: readonly string[],
+  env: Record<string, string>,
+  nodeArgs: readonly string[] = [],
+): Child => {
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-65_536);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  if (child.pid === undefined) throw new Error(`could not spawn ${script}`);
+  const pid = child.pid;
+  return {
+    process: child,
+    pid,
+    output: () => output,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, 'exit');
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+};
+
+/**
+ * Polls `url` every 50 ms until it answers 200; returns the milliseconds since `since`
+ * (performance.now() clock).
+ * @throws {Error} when the child exits first or `timeoutMs` passes, with its output.
+ */
+export const waitFor200 = async (
+  url: string,
+  child: Child,
+  since: number,
+  timeoutMs = 120_000,
+): Promise<number> => {
+  for (;;) {
+    if (child.process.exitCode !== null)
+      throw new Error(`server exited with ${child.process.exitCode}:\n${child.output()}`);
+    try {
+      const response = await fetch(url);
+      await response.arrayBuffer();
+      if (response.status === 200) return performance.now() - since;
+    } catch {
+      // not listening yet
+    }
+    if (performance.now() - since > timeoutMs)
+      throw new Error(`${url} did not answer 200 within ${timeoutMs} ms:\n${child.output()}`);
+    await sleep(50);
+  }
+};
+
+/** CPU time (user + system) the process has used so far, in ms, from /proc/<pid>/stat. */
+export const cpuMs = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15)
+  return (ticks * 1000) / CLOCK_TICKS;
+};
+
+/** Resident set of the process now and its peak (VmHWM), in MiB, from /proc/<pid>/status. */
+export const rssMiB = (pid: number): { now: number; peak: number } => {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? 0);
+  return { now: kib('VmRSS') / 1024, peak: kib('VmHWM') / 1024 };
+};
+
+/**
+ * Waits until the child has printed `text` (stdout or stderr).
+ * @throws {Error} when the child exits first or `timeoutMs` passes, with its output.
+ */
+export const waitForOutput = async (child: Child, text: string, timeoutMs = 60_000): Promise<void> => {
+  const since = performance.now();
+  while (!child.output().includes(text)) {
+    if (child.process.exitCode !== null)
+      throw new Error(`process exited with ${child.process.exitCode}:\n${child.output()}`);
+    if (performance.now() - since > timeoutMs)
+      throw new Error(`no "${text}" within ${timeoutMs} ms:\n${child.output()}`);
+    await sleep(50);
+  }
+};

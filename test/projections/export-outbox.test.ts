@@ -1,0 +1,150 @@
+/**
+ * The export outbox (docs/architecture.md "Projections"): a catch-up folds a whole batch in
+ * memory and writes it with one upsert; it must give exactly the rows that applying each event
+ * inline, one statement at a time, gives — whatever the batch boundaries. On PGlite and Postgres.
+ */
+import { expect } from 'chai';
+import { v4 as uuid } from 'uuid';
+import type { Sql } from '../../src/db/sql.js';
+import type { RecordedEvent } from '../../src/eventstore/port.js';
+import { exportOutboxProjection } from '../../src/projections/export-outbox.js';
+import { testDatabases } from '../support/databases.js';
+
+const at = (minute: number) => `2026-03-01T10:${String(minute).padStart(2, '0')}:00.000Z`;
+let commit = 0n;
+
+/** A recorded event of `stream` at `revision`, positioned after every earlier one. */
+const recorded = (type: string, stream: string, revision: number, data: unknown): RecordedEvent => {
+  commit += 1n;
+  return {
+    id: uuid(),
+    type,
+    data,
+    streamName: stream,
+    revision: BigInt(revision),
+    position: { commit, prepare: commit },
+    metadata: {
+      tenantId: 1,
+      actor: { type: 'system', id: 'test' },
+      correlationId: 'c',
+      causationId: null,
+      requestId: null,
+      recordedAt: at(0),
+    },
+  };
+};
+
+const response = (id: number, revision: number, type: string, status: string, minute: number) =>
+  recorded(type, `QuestionnaireResponse-${id}`, revision, {
+    id,
+    ...(revision === 0 ? { tenantId: 1 } : {}),
+    resource: { status, questionnaire: 'https://q.example/q' },
+    at: at(minute),
+  });
+
+/** Every rule of the outbox: submit, amend, re-open, failures (late and out of order), delivery, delete. */
+const log = (): RecordedEvent[] => [
+  response(1, 0, 'QuestionnaireResponseCreated', 'in-progress', 1),
+  response(1, 1, 'QuestionnaireResponseSubmitted', 'completed', 2),
+  recorded('ReportExportFailed', 'export-QuestionnaireResponse-1', 0, {
+    responseId: 1,
+    version: 2,
+    attempt: 1,
+    error: 'refused',
+    nextAttemptAt: at(5),
+    at: at(3),
+  }),
+  recorded('ReportExportFailed', 'export-QuestionnaireResponse-1', 1, {
+    responseId: 1,
+    version: 2,
+    attempt: 1,
+    error: 'again',
+    nextAttemptAt: at(6),
+    at: at(4),
+  }),
+  recorded('ReportExported', 'export-QuestionnaireResponse-1', 2, {
+    responseId: 1,
+    version: 2,
+    sink: 'mllp://ris',
+    attempt: 2,
+    at: at(7),
+  }),
+  recorded('ReportExportFailed', 'export-QuestionnaireResponse-1', 3, {
+    responseId: 1,
+    version: 2,
+    attempt: 3,
+    error: 'late',
+    nextAttemptAt: at(9),
+    at: at(8),
+  }),
+  response(1, 2, 'QuestionnaireResponseUpdated', 'amended', 10),
+  response(1, 3, 'QuestionnaireResponseUpdated', 'amended', 11),
+  response(2, 0, 'QuestionnaireResponseCreated', 'completed', 12),
+  recorded('ReportExportFailed', 'export-QuestionnaireResponse-2', 0, {
+    responseId: 2,
+    version: 1,
+    attempt: 1,
+    error: 'down',
+    nextAttemptAt: at(20),
+    at: at(13),
+  }),
+  response(2, 1, 'QuestionnaireResponseUpdated', 'in-progress', 14),
+  response(3, 0, 'QuestionnaireResponseCreated', 'completed', 15),
+  recorded('QuestionnaireResponseDeleted', 'QuestionnaireResponse-3', 1, { id: 3, at: at(16) }),
+  recorded('ReportExported', 'export-QuestionnaireResponse-9', 0, {
+    responseId: 9,
+    version: 1,
+    sink: 'mllp://ris',
+    attempt: 1,
+    at: at(17),
+  }),
+];
+
+const dump = (sql: Sql) =>
+  sql.query(
+    `SELECT response_id, version_id, tenant_id, state, attempts, next_attempt_at::text AS next_attempt_at,
+            last_error, delivered_at::text AS delivered_at
+       FROM rm_export_outbox ORDER BY response_id, version_id`,
+  );
+
+const fresh = async (sql: Sql) => {
+  await sql.exec('DROP TABLE IF EXISTS rm_export_outbox');
+  await exportOutboxProjection.migrate(sql);
+};
+
+for (const db of testDatabases) {
+  describe(`export outbox on ${db.name}`, function () {
+    this.timeout(60_000);
+
+    it('builds the same rows in one catch-up batch, in batches of any size, and inline event by event', async () => {
+      const { sql, dispose } = await db.open();
+      try {
+        const events = log();
+        await fresh(sql);
+        for (const event of events)
+          await sql.transaction((tx) => exportOutboxProjection.apply([event], tx, 'inline'));
+        const inline = await dump(sql);
+        expect(inline.map((r) => `${r.response_id}/${r.version_id} ${r.state}`)).to.deep.equal([
+          '1/2 delivered',
+          '1/3 cancelled',
+          '1/4 pending',
+          '2/1 cancelled',
+          '3/1 cancelled',
+        ]);
+        for (const size of [events.length, 1, 2, 3, 5]) {
+          await fresh(sql);
+          for (let i = 0; i < events.length; i += size)
+            await sql.transaction((tx) =>
+              exportOutboxProjection.apply(events.slice(i, i + size), tx, 'catch-up'),
+            );
+          expect(await dump(sql), `batches of ${size}`).to.deep.equal(inline);
+          // Applying the whole log again changes nothing (idempotence).
+          await sql.transaction((tx) => exportOutboxProjection.apply(events, tx, 'catch-up'));
+          expect(await dump(sql), `again after batches of ${size}`).to.deep.equal(inline);
+        }
+      } finally {
+        await dispose();
+      }
+    });
+  });
+}
