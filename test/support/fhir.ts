@@ -56,7 +56,7 @@ export const assertFhirJson = (value: unknown, where: string, path = '$'): void 
   if (value === null) expect.fail(`${where}: null at ${path} (FHIR JSON has no nulls)`);
   if (Array.isArray(value)) {
     if (value.length === 0) expect.fail(`${where}: empty array at ${path} (FHIR JSON has no empty arrays)`);
-    value.forEach((v, i) => assertFhirJson(v, where, `${path}[${i}]`));
+    for (const [i, v] of value.entries()) assertFhirJson(v, where, `${path}[${i}]`);
     return;
   }
   if (typeof value === 'object') {
