@@ -45,6 +45,11 @@ const MAX_CALCULATION_ROUNDS = 10;
 /** The input of {@link populate}. */
 export interface PopulateInput {
   readonly questionnaire: Questionnaire;
+  /**
+   * `Questionnaire/<id>` of a stored Questionnaire: the response's `questionnaire` when the
+   * Questionnaire has no `url` (issue 13: `questionnaire` is 1..1 in R5).
+   */
+  readonly questionnaireReference?: string;
   /** The response's subject; without it, the `subject`/`patient` context resource's `Type/id`. */
   readonly subject?: { reference?: string };
   /** Launch contexts and supplied variables (SDC $populate `context`: `name` + `content`). */
@@ -384,16 +389,17 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     : referenceTo(contexts.get('subject') ?? contexts.get('patient'));
   const encounter = referenceTo(contexts.get('encounter'));
   const author = referenceTo(contexts.get('user'));
+  // QuestionnaireResponse.questionnaire is 1..1 (R5): the canonical, else the stored Questionnaire
+  // (an inline one with neither: the form backend contains it, issue 13).
+  const canonical =
+    typeof questionnaire.url === 'string'
+      ? typeof questionnaire.version === 'string'
+        ? `${questionnaire.url}|${questionnaire.version}`
+        : questionnaire.url
+      : input.questionnaireReference;
   const response: QuestionnaireResponse = {
     resourceType: 'QuestionnaireResponse',
-    ...(typeof questionnaire.url === 'string'
-      ? {
-          questionnaire:
-            typeof questionnaire.version === 'string'
-              ? `${questionnaire.url}|${questionnaire.version}`
-              : questionnaire.url,
-        }
-      : {}),
+    ...(canonical !== undefined ? { questionnaire: canonical } : {}),
     status: 'in-progress',
     ...(subject ? { subject } : {}),
     ...(encounter ? { encounter } : {}),

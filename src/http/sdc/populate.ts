@@ -133,18 +133,21 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
 
   let questionnaire: Questionnaire | undefined;
   let questionnaireFrom: string | undefined;
-  const setQuestionnaire = (q: Questionnaire, from: string) => {
+  let questionnaireReference: string | undefined;
+  const setQuestionnaire = (q: Questionnaire, from: string, stored: boolean | string = false) => {
     if (questionnaireFrom)
       throw invalid(`give the Questionnaire once (${questionnaireFrom} and ${from})`, from);
     questionnaire = q;
     questionnaireFrom = from;
+    if (typeof stored === 'string') questionnaireReference = stored;
+    else if (stored && typeof q.id === 'string') questionnaireReference = `Questionnaire/${q.id}`;
   };
   if (storedId !== undefined) {
     const id = idOf('Questionnaire', storedId);
     const row = await readResource(casebook.sql, 'Questionnaire', id, principal.tenantId);
     if (!row || row.deleted) throw notFound(`Questionnaire/${id} is not known`);
     authorize(principal, 'r', targetOf(row));
-    setQuestionnaire(row.resource as Questionnaire, `Questionnaire/${id}`);
+    setQuestionnaire(row.resource as Questionnaire, `Questionnaire/${id}`, `Questionnaire/${id}`);
   }
 
   let subject: { reference?: string } | undefined;
@@ -170,7 +173,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
           throw invalid(`${at} (${raw.name}) must be a valueCanonical or valueUri`, at);
         const found = await resolver('Questionnaire', value[1]);
         if (!found) throw notFound(`no Questionnaire with canonical ${value[1]} is available`, at);
-        setQuestionnaire(found as Questionnaire, at);
+        setQuestionnaire(found as Questionnaire, at, true);
         break;
       }
       case 'questionnaireRef': {
@@ -178,7 +181,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
         const found = await readReferenced(casebook, principal, reference, at);
         if (found.resourceType !== 'Questionnaire')
           throw invalid(`${at} (questionnaireRef) must reference a Questionnaire`, at);
-        setQuestionnaire(found as Questionnaire, at);
+        setQuestionnaire(found as Questionnaire, at, true);
         break;
       }
       case 'subject': {
@@ -237,18 +240,43 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
 
   const { response, issues } = await populate({
     questionnaire,
+    ...(questionnaireReference ? { questionnaireReference } : {}),
     ...(subject ? { subject } : {}),
     context,
     resolve: resolver,
     now: casebook.clock(),
   });
+  // QuestionnaireResponse.questionnaire is 1..1 in R5 (issue 13): an inline Questionnaire with no
+  // url (and not stored) travels contained in the response, and the caller is told.
+  let populated = response;
+  let allIssues = issues;
+  if (!response.questionnaire) {
+    populated = {
+      ...response,
+      contained: [{ ...questionnaire, id: 'questionnaire' }],
+      questionnaire: '#questionnaire',
+    } as typeof response;
+    allIssues = {
+      ...issues,
+      issue: [
+        ...issues.issue,
+        {
+          severity: 'warning',
+          code: 'required',
+          diagnostics:
+            'the Questionnaire has no url and is not stored: the response refers to a copy contained in it (#questionnaire); give the Questionnaire a url to refer to it',
+          expression: ['Questionnaire.url'],
+        },
+      ],
+    };
+  }
   ctx.status = 200;
   ctx.type = FHIR_JSON;
   ctx.body = {
     resourceType: 'Parameters',
     parameter: [
-      { name: 'response', resource: response },
-      ...(issues.issue.length > 0 ? [{ name: 'issues', resource: issues }] : []),
+      { name: 'response', resource: populated },
+      ...(allIssues.issue.length > 0 ? [{ name: 'issues', resource: allIssues }] : []),
     ],
   };
 };
