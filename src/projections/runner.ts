@@ -190,6 +190,16 @@ const toState = (row: {
   updatedAt: new Date(row.updated_at),
 });
 
+/** The least checkpoint of `states`: where reading must start for all of them (undefined: the start of the log). */
+const leastCheckpoint = (states: readonly ProjectionState[]): Position | undefined => {
+  let least: Position | undefined;
+  for (const state of states) {
+    if (state.checkpoint === undefined) return undefined;
+    if (least === undefined || comparePositions(state.checkpoint, least) < 0) least = state.checkpoint;
+  }
+  return least;
+};
+
 export interface ProjectionRunnerOptions {
   /** `inline` on the SQL stores, `async` on KurrentDB (default: from the store's kind). */
   readonly mode?: 'inline' | 'async';
@@ -752,14 +762,7 @@ export class ProjectionRunner {
           await sleep(IDLE_POLL_MS, signal);
           continue;
         }
-        let from: Position | undefined;
-        for (const state of states) {
-          if (state.checkpoint === undefined) {
-            from = undefined;
-            break;
-          }
-          if (from === undefined || comparePositions(state.checkpoint, from) < 0) from = state.checkpoint;
-        }
+        const from = leastCheckpoint(states);
         const inner = new AbortController();
         const stop = () => inner.abort();
         signal.addEventListener('abort', stop, { once: true });
@@ -871,14 +874,7 @@ export class ProjectionRunner {
     for (;;) {
       const states = (await this.states()).filter((s) => this.deferred.has(s.name) && s.status === 'live');
       if (states.length === 0) return;
-      let from: Position | undefined;
-      for (const state of states) {
-        if (state.checkpoint === undefined) {
-          from = undefined;
-          break;
-        }
-        if (from === undefined || comparePositions(state.checkpoint, from) < 0) from = state.checkpoint;
-      }
+      const from = leastCheckpoint(states);
       const page = await this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
       if (page.length === 0) return;
       if (!(await this.applyDeferred(page))) return;
