@@ -40,6 +40,8 @@ interface StreamSlot {
   required: boolean;
   /** When its first event was decided: streams are appended in the order of decision. */
   order: number;
+  /** Read from the store (false: declared fresh, assumed empty). */
+  readonly loaded: boolean;
   /** Metadata overrides of this stream's events. */
   cause?: { readonly tenantId?: number | null; readonly actor?: Actor };
 }
@@ -129,6 +131,7 @@ class Work implements UnitOfWork {
       events: [],
       required: false,
       order: Number.POSITIVE_INFINITY,
+      loaded: true,
     };
   }
 
@@ -169,6 +172,7 @@ class Work implements UnitOfWork {
           events: [],
           required: false,
           order: Number.POSITIVE_INFINITY,
+          loaded: false,
         };
         this.slots.set(stream, slot);
       } else {
@@ -200,6 +204,22 @@ class Work implements UnitOfWork {
 
   setCause(cause: { tenantId?: number | null; actor?: Actor }): void {
     this.cause = { ...this.cause, ...cause };
+  }
+
+  /**
+   * Whether a stream this attempt read has moved since (another writer appended to it). A refusal
+   * decided on such reads may rest on an inconsistent view, e.g. an Encounter already visible
+   * but not the Patient that the same append created, read a moment earlier.
+   */
+  async readsMoved(): Promise<boolean> {
+    const read = [...this.slots].filter(([, slot]) => slot.loaded);
+    const moved = await Promise.all(
+      read.map(async ([name, slot]) => {
+        const fromRevision = slot.expected === 'no_stream' ? 0n : BigInt(slot.expected as bigint) + 1n;
+        return (await this.ctx.store.readStream(name, { fromRevision, maxCount: 1 })).length > 0;
+      }),
+    );
+    return moved.some(Boolean);
   }
 
   pending(): ReadonlyMap<string, readonly Event[]> {
@@ -252,7 +272,10 @@ const backoff = (attempt: number): Promise<void> => {
 
 /**
  * Runs `command` until its decisions append without conflict: at most `maxAttempts` times, with a
- * jittered exponential backoff between attempts. Nothing is written when it throws.
+ * jittered exponential backoff between attempts. A refusal ({@link DomainError}) is final only
+ * when the streams it was decided on are still at the revisions read; otherwise the command is
+ * decided again on fresh state (a refusal never rests on a view that a concurrent append tore).
+ * Nothing is written when it throws.
  * @returns the command's result, the append's position and the events written.
  * @throws {DomainError} a decider refused; {@link WrongExpectedVersion} still conflicting after
  *   the last attempt; {@link ReadModelUnavailable} (projections) a read model this write needs is stopped.
@@ -266,7 +289,16 @@ export const execute = async <R>(
   const contested = new Set<string>();
   for (let attempt = 1; ; attempt++) {
     const work = new Work(ctx, contested);
-    const result = await command(work);
+    let result: R;
+    try {
+      result = await command(work);
+    } catch (error) {
+      // A refusal counts only if what it was decided on is still current: otherwise decide again.
+      if (!(error instanceof DomainError) || attempt >= maxAttempts || !(await work.readsMoved())) throw error;
+      ctx.onConflict?.();
+      await backoff(attempt);
+      continue;
+    }
     const requests = work.requests(options.commandId);
     if (!requests.some((r) => r.events.length > 0)) return { result, position: undefined, events: [] };
     try {

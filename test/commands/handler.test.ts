@@ -116,6 +116,39 @@ for (const db of testDatabases) {
       expect((await store.readStream('counter-3')).map((e) => e.data)).to.deep.equal([{ by: 8 }]);
     });
 
+    it('decides a refusal again when a stream it read has moved since (a torn view), and refuses only on current reads', async () => {
+      const { store, ctx } = await open();
+      const decider = counter();
+      let attempts = 0;
+      // The command reads `a`, then `b`; another writer appends to both in one append between the
+      // two reads, once. The first attempt sees `b` written but not `a`: an inconsistent view.
+      const { result } = await execute(ctx, async (uow) => {
+        attempts++;
+        const a = await uow.load('torn-a', decider);
+        if (attempts === 1)
+          await execute(ctx, async (other) => {
+            await other.decide('torn-a', decider, { by: 1 });
+            await other.decide('torn-b', decider, { by: 1 });
+          });
+        const b = await uow.load('torn-b', decider);
+        if (b > 0 && a === 0) throw new DomainError('conflict', 'Torn', 'b was written without a');
+        return [a, b];
+      });
+      expect(attempts).to.equal(2);
+      expect(result).to.deep.equal([1, 1]);
+
+      // A refusal whose reads are still current is final at once.
+      let refusals = 0;
+      const error = await execute(ctx, async (uow) => {
+        refusals++;
+        await uow.load('torn-a', decider);
+        throw new DomainError('conflict', 'Refused', 'no');
+      }).catch((e: unknown) => e);
+      expect(error).to.be.instanceOf(DomainError);
+      expect(refusals).to.equal(1);
+      expect((await store.readStream('torn-a')).map((e) => e.data)).to.deep.equal([{ by: 1 }]);
+    });
+
     it('gives up with WrongExpectedVersion after the last attempt', async () => {
       const { ctx } = await open();
       const decider = counter();
