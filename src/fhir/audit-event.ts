@@ -202,9 +202,13 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
       observer: { display: 'casebook' },
       type: [
         {
-          system: 'http://terminology.hl7.org/CodeSystem/security-source-type',
-          code: '4',
-          display: 'Application Server',
+          coding: [
+            {
+              system: 'http://terminology.hl7.org/CodeSystem/security-source-type',
+              code: '4',
+              display: 'Application Server',
+            },
+          ],
         },
       ],
     },

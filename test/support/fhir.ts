@@ -1,9 +1,11 @@
 /**
  * Helpers for the data-server tests: FHIR requests as a client (HTTP Basic) or as a session
- * (the auth_session cookie obtained through a real handover).
+ * (the auth_session cookie obtained through a real handover). Every FHIR JSON response they
+ * receive is checked against the FHIR JSON rules and the official R5 JSON schema (issue 13).
  */
 import { expect } from 'chai';
 import { GENERAL, type TestApp } from './app.js';
+import { assertR5Resource } from './fhir-schema.js';
 
 export const FHIR_JSON = 'application/fhir+json';
 export const ROLE_NEW = 'https://casebook.example/fhir/role/new';
@@ -41,8 +43,10 @@ export const fhir = async (
   });
   const text = await res.text();
   const body = text ? JSON.parse(text) : undefined;
-  if (/^application\/fhir\+json/.test(res.headers.get('content-type') ?? '') && body !== undefined)
+  if (/^application\/fhir\+json/.test(res.headers.get('content-type') ?? '') && body !== undefined) {
     assertFhirJson(body, `${method} ${path}`);
+    assertR5Resource(body, `${method} ${path}`);
+  }
   return { status: res.status, headers: res.headers, body };
 };
 
