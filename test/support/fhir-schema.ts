@@ -52,7 +52,9 @@ const r5Validator = (): ValidateFunction => {
 
 const describeError = (e: ErrorObject): string =>
   `${e.instancePath || '/'} ${e.message ?? 'is invalid'}${
-    e.keyword === 'additionalProperties' ? ` (${(e.params as { additionalProperty: string }).additionalProperty})` : ''
+    e.keyword === 'additionalProperties'
+      ? ` (${(e.params as { additionalProperty: string }).additionalProperty})`
+      : ''
   }`;
 
 /**
