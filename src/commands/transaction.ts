@@ -195,8 +195,9 @@ export const transaction = async (
           const params = new URLSearchParams(query ?? '');
           const identifier = params.get('identifier') ?? undefined;
           const result = await conditionalUpdate(uow, principal, def, identifier, resource);
-          // docs/interface.md §4.3 rule 2: 200 whether it updated or created.
-          return done('200 OK', result);
+          // docs/interface.md §4.3 rule 2: a Patient answers 200 whether it updated or created (a
+          // deliberate deviation); every other type follows FHIR: 201 when the update created it.
+          return done(result.created && def.type !== 'Patient' ? '201 Created' : '200 OK', result);
         }
         const id = idOf(def.type, rawId);
         return done('200 OK', await update(uow, principal, def, id, resource, ifMatch));

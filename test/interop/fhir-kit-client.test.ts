@@ -1,13 +1,15 @@
 /**
- * Interoperability (issue 3): the data server driven by `fhir-kit-client`, a standard FHIR client,
+ * Interoperability (issues 3 and 13): the data server driven by `fhir-kit-client`, a standard FHIR client,
  * exactly as an integrator would — create, read, vread, update, conditional update, delete,
  * history, search and the transaction Bundle — with the library's default headers, asserted on
- * what the library gives back (resources, Bundles, and its errors for 409/410/412).
+ * what the library gives back (resources, Bundles, and its errors for 409/410/412). Every resource
+ * it hands back passes the R5 response validator.
  */
 import { expect } from 'chai';
 import { Client, type FhirResource } from 'fhir-kit-client';
 import { GENERAL, seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
+import { assertValid } from './support.js';
 
 /** The error fhir-kit-client throws for a non-2xx answer. */
 interface ClientError extends Error {
@@ -41,6 +43,27 @@ const responseOf = (result: FhirResource): Response => {
   return response!;
 };
 
+/**
+ * The client with every resource it resolves to checked by the R5 response validator (issue 13).
+ * Its errors are left as they are: their OperationOutcomes are checked where the tests read them.
+ */
+const validating = (client: Client): Client =>
+  new Proxy(client, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        const result = value.apply(target, args);
+        if (!(result instanceof Promise)) return result;
+        return result.then((resolved: unknown) => {
+          if (resolved && typeof resolved === 'object' && 'resourceType' in resolved)
+            assertValid(resolved, `fhir-kit-client ${String(property)}`);
+          return resolved;
+        });
+      };
+    },
+  });
+
 for (const database of testDatabases) {
   describe(`fhir-kit-client against the data server on ${database.name}`, () => {
     let app: TestApp;
@@ -52,10 +75,12 @@ for (const database of testDatabases) {
     before(async () => {
       app = await startTestApp(database);
       await seed(app);
-      client = new Client({
-        baseUrl: app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1'),
-        customHeaders: { Authorization: GENERAL },
-      });
+      client = validating(
+        new Client({
+          baseUrl: app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1'),
+          customHeaders: { Authorization: GENERAL },
+        }),
+      );
     });
     after(() => app?.close());
 
@@ -263,7 +288,8 @@ for (const database of testDatabases) {
       expect(response.entry).to.have.length(3);
       const [patient, encounter, task] = response.entry as any[];
       expect(patient.response.status).to.match(/^200/);
-      expect(encounter.response.status).to.match(/^200/);
+      // A conditional PUT that creates answers 201 for every type but Patient (docs/interface.md §4.3 rule 2).
+      expect(encounter.response.status).to.match(/^201/);
       expect(task.response.status).to.match(/^201/);
       const patientId: string = patient.resource.id;
       const encounterId: string = encounter.resource.id;

@@ -172,10 +172,11 @@ for (const database of testDatabases) {
         expect(res.body.type).to.equal('transaction-response');
         expect(res.body.entry).to.have.length(4);
         const [patient, encounter, practitioner, task] = res.body.entry;
-        // spec §4.3 rule 2: a conditional update that creates still answers 200.
+        // spec §4.3 rule 2: a conditional update that creates a Patient still answers 200; every
+        // other type answers 201 as FHIR says (docs/interface.md §4.3 rule 12).
         expect(patient.response.status).to.equal('200 OK');
-        expect(encounter.response.status).to.equal('200 OK');
-        expect(practitioner.response.status).to.equal('200 OK');
+        expect(encounter.response.status).to.equal('201 Created');
+        expect(practitioner.response.status).to.equal('201 Created');
         expect(task.response.status).to.equal('201 Created');
         expect(patient.response.location).to.match(/^Patient\/\d+\/_history\/1$/);
         expect(encounter.response.location).to.match(/^Encounter\/\d+\/_history\/1$/);
@@ -283,8 +284,8 @@ for (const database of testDatabases) {
         expect(res.body.entry.map((e: any) => e.response.status)).to.deep.equal([
           '201 Created',
           '200 OK',
-          '200 OK',
-          '200 OK',
+          '201 Created',
+          '201 Created',
         ]);
         expect(res.body.entry.map((e: any) => e.resource.resourceType)).to.deep.equal([
           'Task',
@@ -420,8 +421,8 @@ for (const database of testDatabases) {
         expect(ok.status, JSON.stringify(ok.body)).to.equal(200);
         expect(ok.body.entry.map((e: any) => e.response.status)).to.deep.equal([
           '200 OK',
-          '200 OK',
-          '200 OK',
+          '201 Created',
+          '201 Created',
         ]);
       });
 
