@@ -6,8 +6,9 @@
  * question children in `item.answer.item`, items in Questionnaire order, repeated instances only
  * of repeating groups. On top of that: `required` where the item is enabled (enableWhen,
  * enableBehavior, SDC enableWhenExpression), `repeats`, answer types and their syntax,
- * answerOption/answerConstraint, answerValueSet, maxLength and the core constraint extensions
- * (minLength, regex, minValue, maxValue, maxDecimalPlaces).
+ * answerOption/answerConstraint, answerValueSet, maxLength, the core constraint extensions
+ * (minLength, regex, minValue, maxValue, maxDecimalPlaces) and the questionnaire-constraint
+ * invariants (FHIRPath, within the evaluation budget of issue 10).
  */
 import { runWithinBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
@@ -30,6 +31,13 @@ export const EXT_MAX_VALUE = 'http://hl7.org/fhir/StructureDefinition/maxValue';
 export const EXT_MAX_DECIMAL_PLACES = 'http://hl7.org/fhir/StructureDefinition/maxDecimalPlaces';
 export const EXT_ENABLE_WHEN_EXPRESSION =
   'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-enableWhenExpression';
+/**
+ * An invariant of the Questionnaire or of one item (core extension `questionnaire-constraint`, used
+ * by the SDC IG): sub-extensions `key`, `requirements`, `severity` (error | warning), `expression`
+ * (FHIRPath), `human` and `location`.
+ */
+export const EXT_QUESTIONNAIRE_CONSTRAINT =
+  'http://hl7.org/fhir/StructureDefinition/questionnaire-constraint';
 
 /** The answer `value[x]` of each item type (R5 Questionnaire.item.type). */
 export const ANSWER_VALUE_KEYS: Readonly<Record<string, string>> = {
@@ -349,7 +357,9 @@ const membersOf = (valueSet: Json): ValueSetMembers => {
  * Severity: `in-progress` and `stopped` responses are unfinished by definition, so every problem
  * is a warning; `completed`, `amended` (and anything else) get errors. Problems of the
  * Questionnaire or the environment (an unresolvable answerValueSet, a failing
- * enableWhenExpression, an invalid regex) are always warnings. Each issue has an `expression`
+ * enableWhenExpression or questionnaire-constraint expression, an invalid regex) are always
+ * warnings. A violated questionnaire-constraint (see {@link constraintProblem}) follows its own
+ * `severity`: `error` as above, `warning` always a warning. Each issue has an `expression`
  * (FHIRPath into the response, e.g. `QuestionnaireResponse.item[1].item[0].answer[0]`) and
  * `diagnostics` naming the question text and linkId.
  *
@@ -668,9 +678,43 @@ export const validateResponse = async (
     for (const node of scope.nodes) checkNode(node);
   };
 
+  // 4. Invariants (questionnaire-constraint), each evaluated within the budget like every FHIRPath.
+  /** Constraints whose expression failed once: reported once, not for every repetition. */
+  const invariantFailures = new Set<object>();
+  const checkInvariants = (
+    owner: Questionnaire | QuestionnaireItem,
+    node: Node | undefined,
+    path: string,
+    where: string,
+  ): void => {
+    const constraints = constraintsOf(owner);
+    // A disabled item is not part of the response: its invariants do not apply.
+    if (constraints.length === 0 || (node && !nodeEnabled(node))) return;
+    for (const constraint of constraints) {
+      if (invariantFailures.has(constraint.source)) continue;
+      const problem = constraintProblem(constraint, where, path, (expression) => {
+        const env = {
+          resource: qr,
+          rootResource: qr,
+          questionnaire,
+          // No `context` variable: fhirpath.js's own %context is the (typed) input, so
+          // `%context.answer.value` resolves the value[x] choice.
+          ...(node ? { qitem: node.q } : {}),
+        };
+        return node
+          ? evaluateFhirPath(node.r, expression, env, { base: 'QuestionnaireResponse.item' })
+          : evaluateFhirPath(qr, expression, env);
+      });
+      if (!problem) continue;
+      if (problem.code === 'processing') invariantFailures.add(constraint.source);
+      report(problem);
+    }
+  };
+
   const checkNode = (node: Node): void => {
     const { q, r, path } = node;
     const children = Array.isArray(q.item) ? q.item : [];
+    checkInvariants(q, node, path, label(q));
     if (q.type === 'group') {
       for (const s of node.scopes) checkScope(s, children, path, `group ${label(q)}`);
       return;
@@ -844,6 +888,7 @@ export const validateResponse = async (
     'QuestionnaireResponse',
     'the response',
   );
+  checkInvariants(questionnaire, undefined, 'QuestionnaireResponse', 'the response');
 
   if (problems.length === 0)
     return {
@@ -916,6 +961,89 @@ const regexProblem = (
         diagnostics: `${label(q)}: ${JSON.stringify(value)} does not match the pattern ${regex}`,
         expression: [path],
       };
+};
+
+/** One questionnaire-constraint extension, as read by {@link constraintsOf}. */
+interface Constraint {
+  /** The extension itself: one identity across the repetitions of its item. */
+  readonly source: object;
+  readonly key: string | undefined;
+  readonly severity: string | undefined;
+  readonly expression: string | undefined;
+  readonly human: string | undefined;
+}
+
+/**
+ * The questionnaire-constraint extensions of a Questionnaire or an item. `expression` is a FHIRPath
+ * string (`valueString`); a `valueExpression` with FHIRPath is accepted too. `requirements` is
+ * documentation and `location` is not used: an issue points at the item the constraint is on.
+ */
+const constraintsOf = (owner: { extension?: unknown }): Constraint[] =>
+  (Array.isArray(owner.extension) ? owner.extension : [])
+    .filter((e): e is Record<string, unknown> => isObject(e) && e.url === EXT_QUESTIONNAIRE_CONSTRAINT)
+    .map((e) => {
+      const part = (url: string): unknown => {
+        const sub = (Array.isArray(e.extension) ? e.extension : []).find((x) => isObject(x) && x.url === url);
+        const key = isObject(sub) ? Object.keys(sub).find((k) => k.startsWith('value')) : undefined;
+        return key ? (sub as Record<string, unknown>)[key] : undefined;
+      };
+      const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value : undefined);
+      const expression = part('expression');
+      return {
+        source: e,
+        key: text(part('key')),
+        severity: text(part('severity')),
+        expression: text(isObject(expression) ? expression.expression : expression),
+        human: text(part('human')),
+      };
+    });
+
+/**
+ * Checks one questionnaire-constraint (core extension, SDC IG; docs/interface.md §4.4 $validate
+ * "constraints") on one place of the response: `evaluate` runs its FHIRPath with the matching
+ * QuestionnaireResponse item as context (the response itself for a Questionnaire-level one),
+ * through evaluateFhirPath and so within the evaluation budget of issue 10.
+ *
+ * Only a result of exactly `false` violates the invariant. An empty result is unknown in FHIRPath
+ * (an unanswered question compared to a number, say) and counts as satisfied: a missing answer is
+ * `required`'s business. A violation is an `invariant` issue with the `human` text as diagnostics;
+ * severity `warning` makes it advisory (always a warning), anything else is treated as `error`.
+ * An expression that is missing, does not parse, fails, runs out of its budget or answers
+ * something other than one boolean is an advisory `processing` issue saying it was not checked;
+ * never an exception.
+ * @returns the issue, or undefined when the invariant holds.
+ */
+const constraintProblem = (
+  constraint: Constraint,
+  where: string,
+  path: string,
+  evaluate: (expression: string) => unknown[],
+): Problem | undefined => {
+  const name = `the questionnaire-constraint ${constraint.key ? JSON.stringify(constraint.key) : '(without key)'} of ${where}`;
+  const notChecked = (why: string): Problem => ({
+    code: 'processing',
+    advisory: true,
+    diagnostics: `${name} was not checked: ${why}`,
+    expression: [path],
+  });
+  if (constraint.expression === undefined) return notChecked('it has no FHIRPath expression');
+  let result: unknown[];
+  try {
+    result = evaluate(constraint.expression);
+  } catch (error) {
+    return notChecked(
+      `its expression could not be evaluated (${error instanceof Error ? error.message : String(error)})`,
+    );
+  }
+  if (result.length === 0 || (result.length === 1 && result[0] === true)) return undefined;
+  if (result.length !== 1 || result[0] !== false)
+    return notChecked(`its expression answered ${JSON.stringify(result).slice(0, 200)}, not one boolean`);
+  return {
+    code: 'invariant',
+    ...(constraint.severity === 'warning' ? { advisory: true } : {}),
+    diagnostics: constraint.human ?? `${name} is not satisfied: ${constraint.expression} is false`,
+    expression: [path],
+  };
 };
 
 /** Resolves every answerValueSet of the Questionnaire up front: contained (`#id`) or through `resolve`. */

@@ -16,7 +16,7 @@ import { generateNarrative } from '../../src/sdc/narrative.js';
 import { POPULATE_EXTENSIONS, populate } from '../../src/sdc/populate.js';
 import { ClientRegexError, matchesWhole, replaceAllMatches } from '../../src/sdc/regex.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../src/sdc/types.js';
-import { EXT_REGEX, validateResponse } from '../../src/sdc/validate.js';
+import { EXT_ENABLE_WHEN_EXPRESSION, EXT_REGEX, validateResponse } from '../../src/sdc/validate.js';
 
 const NOW = new Date('2026-03-01T10:00:00.000Z');
 const spin = () => {
@@ -114,6 +114,69 @@ describe('evaluation budgets', () => {
     expect(issues.issue.map((i) => i.severity)).to.deep.equal(Array(6).fill('warning'));
     expect(issues.issue[0]!.diagnostics).to.match(/budget of 200 ms/);
     expect(issues.issue.at(-1)!.diagnostics).to.match(/budget of 750 ms is used up/);
+  });
+
+  it('turns a calculatedExpression that runs too long into a $populate issue, within the request budget', async () => {
+    const questionnaire: Questionnaire = {
+      resourceType: 'Questionnaire',
+      status: 'active',
+      item: Array.from({ length: 6 }, (_, i) => ({
+        linkId: `calc${i}`,
+        type: 'integer',
+        extension: [
+          {
+            url: POPULATE_EXTENSIONS.calculatedExpression,
+            valueExpression: { language: 'text/fhirpath', expression: SLOW_FHIRPATH },
+          },
+        ],
+      })),
+    };
+    const started = performance.now();
+    const { response, issues } = await withEvaluationBudget(750, () =>
+      populate({ questionnaire, context: [], now: NOW }),
+    );
+    expect(performance.now() - started).to.be.below(1000);
+    expect(issues.issue).to.have.length(6);
+    expect(issues.issue.map((i) => [i.severity, i.code])).to.deep.equal(
+      Array(6).fill(['warning', 'processing']),
+    );
+    expect(issues.issue[0]!.diagnostics).to.match(/calculatedExpression .*budget of 200 ms/);
+    expect(issues.issue.at(-1)!.diagnostics).to.match(/budget of 750 ms is used up/);
+    // The items stay, unanswered.
+    expect(response.item?.map((i) => [i.linkId, i.answer])).to.deep.equal(
+      Array.from({ length: 6 }, (_, i) => [`calc${i}`, undefined]),
+    );
+  });
+
+  it('turns an enableWhenExpression that runs too long into a $validate issue, within the request budget', async () => {
+    const questionnaire: Questionnaire = {
+      resourceType: 'Questionnaire',
+      status: 'active',
+      item: Array.from({ length: 6 }, (_, i) => ({
+        linkId: `q${i}`,
+        type: 'integer',
+        extension: [
+          {
+            url: EXT_ENABLE_WHEN_EXPRESSION,
+            valueExpression: { language: 'text/fhirpath', expression: `${SLOW_FHIRPATH} > 0` },
+          },
+        ],
+      })),
+    };
+    const response: QuestionnaireResponse = {
+      resourceType: 'QuestionnaireResponse',
+      status: 'completed',
+      item: Array.from({ length: 6 }, (_, i) => ({ linkId: `q${i}`, answer: [{ valueInteger: i }] })),
+    };
+    const started = performance.now();
+    const outcome = await withEvaluationBudget(750, () => validateResponse(response, questionnaire));
+    expect(performance.now() - started).to.be.below(1000);
+    // Each a warning that the expression failed; the items count as enabled, so no other issue.
+    expect(outcome.issue.map((i) => [i.severity, i.code, i.expression])).to.deep.equal(
+      Array.from({ length: 6 }, (_, i) => ['warning', 'processing', [`QuestionnaireResponse.item[${i}]`]]),
+    );
+    expect(outcome.issue[0]!.diagnostics).to.match(/enableWhenExpression .*budget of 200 ms/);
+    expect(outcome.issue.at(-1)!.diagnostics).to.match(/budget of 750 ms is used up/);
   });
 });
 
