@@ -741,6 +741,52 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     }
   }
 
-  if (rootItems.length === 0) delete response.item;
+  // Issue 13: an optional group with no answer anywhere beneath it is left out (an empty instance
+  // would make $validate warn about its required children; the editor shows an empty group anyway).
+  const questionOf = new Map<QuestionnaireResponseItem, QuestionnaireItem>();
+  const index = (nodes: Node[]): void => {
+    for (const n of nodes) {
+      questionOf.set(n.qrItem, n.qItem);
+      index(n.children);
+    }
+  };
+  index(tree);
+  const prunedRoot = pruneEmptyGroups(rootItems, (item) => {
+    const q = questionOf.get(item);
+    return q?.type === 'group' && q.required !== true;
+  });
+  if (prunedRoot.length === 0) delete response.item;
+  else response.item = prunedRoot;
   return { response, issues: { resourceType: 'OperationOutcome', issue: issues.list() } };
 };
+
+/** Whether a response item holds an answer, itself or in any item beneath it. */
+const answeredBeneath = (item: QuestionnaireResponseItem): boolean =>
+  arrayOf<Answer>(item.answer).length > 0 ||
+  arrayOf<QuestionnaireResponseItem>(item.item).some(answeredBeneath);
+
+/**
+ * `items` without the items that `optional` accepts and that hold no answer beneath them, at every
+ * level (nested items and items under answers); an emptied `item` list is removed, never left `[]`.
+ */
+const pruneEmptyGroups = (
+  items: QuestionnaireResponseItem[],
+  optional: (item: QuestionnaireResponseItem) => boolean,
+): QuestionnaireResponseItem[] =>
+  items
+    .filter((item) => !(optional(item) && !answeredBeneath(item)))
+    .map((item) => {
+      const nested = item as { item?: QuestionnaireResponseItem[] };
+      if (nested.item) {
+        const kept = pruneEmptyGroups(nested.item, optional);
+        if (kept.length > 0) nested.item = kept;
+        else delete nested.item;
+      }
+      for (const answer of arrayOf<Answer & { item?: QuestionnaireResponseItem[] }>(item.answer))
+        if (answer.item) {
+          const kept = pruneEmptyGroups(answer.item, optional);
+          if (kept.length > 0) answer.item = kept;
+          else delete answer.item;
+        }
+      return item;
+    });

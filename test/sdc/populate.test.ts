@@ -371,7 +371,7 @@ describe('SDC populate (pure)', () => {
     });
   });
 
-  it('leaves an unanswered PHQ-9 without answers, total included (fhirpath.js: sum() of nothing is empty)', async () => {
+  it('leaves out an unanswered PHQ-9 group, total included (fhirpath.js: sum() of nothing is empty)', async () => {
     const questionnaire = phq9();
     for (const item of questionnaire.item![0]!.item!) {
       delete item.initial;
@@ -379,7 +379,15 @@ describe('SDC populate (pure)', () => {
     }
     const { response, issues } = await populate({ questionnaire, context: [] });
     expect(issues).to.deep.equal(EMPTY_OUTCOME);
-    const items = response.item![0]!.item!;
+    // The optional group has no answer beneath it (a total of 0 would be one): it is left out,
+    // and with it the response's only item (issue 13: no empty groups, no empty arrays).
+    expect(questionnaire.item![0]!.required).to.not.equal(true);
+    expect(response.item).to.equal(undefined);
+
+    // A required group is kept, empty, so that $validate can name its missing answers.
+    questionnaire.item![0]!.required = true;
+    const required = await populate({ questionnaire, context: [] });
+    const items = required.response.item![0]!.item!;
     expect(items.slice(0, 9)).to.deep.equal(PHQ_QUESTIONS.map(([linkId, text]) => ({ linkId, text })));
     expect(items.slice(9)).to.deep.equal([
       { linkId: 'severity', text: 'Depression severity' },
@@ -429,20 +437,9 @@ describe('SDC populate (pure)', () => {
       },
     ]);
     expect(missing.response.subject).to.equal(undefined);
-    const patientItems = missing.response.item![0]!.item!;
-    expect(patientItems).to.deep.equal([
-      {
-        linkId: 'name',
-        text: 'Name',
-        item: [
-          { linkId: 'family', text: 'Family name' },
-          { linkId: 'given', text: 'Given names' },
-        ],
-      },
-      { linkId: 'birthDate', text: 'Date of birth' },
-      { linkId: 'age', text: 'Age in years' },
-      { linkId: 'gender', text: 'Administrative gender' },
-    ]);
+    // The patient group, all of whose answers come from the missing context, is left out whole.
+    const rootItems = missing.response.item!.map((i) => i.linkId);
+    expect(rootItems).to.deep.equal(['visit']);
 
     const wrong = await populate({
       questionnaire: demographics(),
@@ -457,7 +454,7 @@ describe('SDC populate (pure)', () => {
         expression: ['Questionnaire.extension[0]'],
       },
     ]);
-    expect(wrong.response.item![0]!.item).to.deep.equal(patientItems);
+    expect(wrong.response.item!.map((i) => i.linkId)).to.deep.equal(rootItems);
   });
 
   it('repeats a group per itemPopulationContext element: %patient.name and Observations of a Bundle context', async () => {
@@ -594,8 +591,8 @@ describe('SDC populate (pure)', () => {
         },
         weight('w1', 80.2, '2026-01-10T08:00:00Z', true),
         weight('w2', 79, '2026-02-14T09:30:00Z', false),
-        // No contacts: one empty instance, so the form still shows the group.
-        { linkId: 'none', item: [{ linkId: 'contact-name' }] },
+        // No contacts: no instance (an optional group with no answers is left out; the editor
+        // shows an empty group of its own).
       ],
     });
   });
@@ -667,7 +664,7 @@ describe('SDC populate (pure)', () => {
         { linkId: 'count', answer: [{ valueInteger: 3 }] },
         { linkId: 'first', answer: [{ valueString: 'Peter' }] },
         { linkId: 'option' },
-        { linkId: 'g', item: [{ linkId: 'calc' }] },
+
         { linkId: 'nothing' },
       ],
     });
