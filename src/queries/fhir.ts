@@ -112,6 +112,8 @@ export interface HistoryParams {
   readonly at: Date | undefined;
   /** Type level: the last resource id of the previous page; instance level: the last versionId. */
   readonly after: number | undefined;
+  /** A previous page: the first resource id (type level) or versionId (instance) of the page after it. */
+  readonly before: number | undefined;
 }
 
 const instantOf = (name: string, text: string): Date => {
@@ -143,6 +145,7 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
   let since: Date | undefined;
   let at: Date | undefined;
   let after: number | undefined;
+  let before: number | undefined;
   for (const [name, raw] of Object.entries(query)) {
     const values = (Array.isArray(raw) ? raw : [raw ?? '']).filter((v) => v !== '');
     if (name === '_format' || name === '_pretty') continue;
@@ -156,14 +159,17 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
     } else if (name === '_since') since = instantOf(name, value);
     else if (name === '_at') at = instantOf(name, value);
     else if (name === '_cursor') {
-      if (!/^\d{1,10}$/.test(value) || Number(value) > 2_147_483_647)
+      // `<key>`: the page after key (next); `p<key>`: the page before it (previous).
+      const cursor = /^(p?)(\d{1,10})$/.exec(value);
+      if (!cursor || Number(cursor[2]) > 2_147_483_647)
         throw new DomainError(
           'invalid',
           'InvalidCursor',
           '_cursor is not a cursor of this history',
           '_cursor',
         );
-      after = Number(value);
+      if (cursor[1] === 'p') before = Number(cursor[2]);
+      else after = Number(cursor[2]);
     } else
       throw new DomainError(
         'invalid',
@@ -175,18 +181,19 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
   }
   if (since && at)
     throw new DomainError('invalid', 'InvalidHistoryParameter', 'give _since or _at, not both', '_at');
-  return { count, since, at, after };
+  return { count, since, at, after, before };
 };
 
 /** The version of `all` (oldest first) current at `at`: the last one recorded at or before it. */
 const currentAt = (all: readonly Version[], at: Date): Version | undefined =>
   all.filter((v) => Date.parse(v.at) <= at.getTime()).at(-1);
 
-/** A page of history entries, newest first, and the `_cursor` of the next page. */
+/** A page of history entries, newest first, and the `_cursor`s of the next and previous pages. */
 export interface HistoryPage {
   readonly versions: readonly (Version & { readonly resourceType: ResourceType; readonly id: number })[];
   readonly total: number | undefined;
   readonly next: string | undefined;
+  readonly previous: string | undefined;
 }
 
 /**
@@ -211,13 +218,24 @@ export const instanceHistory = async (
     chosen = version ? [version] : [];
   } else chosen = all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime());
   const newestFirst = chosen.reverse();
-  const after = params.after;
-  const rest = after === undefined ? newestFirst : newestFirst.filter((v) => v.versionId < after);
-  const page = rest.slice(0, params.count);
+  const { after, before } = params;
+  let page: Version[];
+  if (before !== undefined) {
+    // A previous page: the `_count` versions just newer than `before`.
+    const newer = newestFirst.filter((v) => v.versionId > before);
+    page = newer.slice(Math.max(0, newer.length - params.count));
+  } else {
+    const rest = after === undefined ? newestFirst : newestFirst.filter((v) => v.versionId < after);
+    page = rest.slice(0, params.count);
+  }
+  const first = page[0];
+  const last = page.at(-1);
   return {
     versions: page.map((v) => ({ ...v, resourceType: def.type, id })),
     total: newestFirst.length,
-    next: rest.length > params.count && page.length > 0 ? String(page.at(-1)!.versionId) : undefined,
+    next: last && newestFirst.some((v) => v.versionId < last.versionId) ? String(last.versionId) : undefined,
+    previous:
+      first && newestFirst.some((v) => v.versionId > first.versionId) ? `p${first.versionId}` : undefined,
   };
 };
 
@@ -237,37 +255,53 @@ export const typeHistory = async (
 ): Promise<HistoryPage> => {
   if (!mayAtAll(principal, 'r', def.type)) authorize(principal, 'r', { resourceType: def.type });
   const params = parseHistory(query);
-  const out: HistoryPage['versions'][number][] = [];
-  let after = params.after ?? 0;
-  let next: string | undefined;
-  let resources = 0;
-  for (;;) {
+  const backwards = params.before !== undefined;
+  /** The versions of a resource this history shows (none: it is not on any page). */
+  const shown = async (row: ReturnType<typeof rowOf>): Promise<Version[]> => {
+    if (!isAllowed(principal, 'r', targetOf(row))) return [];
+    if (params.since && row.lastUpdated.getTime() < params.since.getTime()) return [];
+    const all = await versions(sql, store, principal, def, row.id);
+    return params.at
+      ? [currentAt(all, params.at)].filter((v): v is Version => v !== undefined)
+      : all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime()).reverse();
+  };
+  // Resources in id order from the cursor (descending for a previous page), `_count` of them, and
+  // whether one more lies beyond the page.
+  const picked: { id: number; versions: Version[] }[] = [];
+  let beyond = false;
+  let key = backwards ? params.before! : (params.after ?? 0);
+  scan: for (;;) {
     const rows = (
       await sql.query(
-        `SELECT * FROM rm_resources WHERE resource_type = $1 AND tenant_id = $2 AND id > $3 ORDER BY id LIMIT 200`,
-        [def.type, principal.tenantId, after],
+        `SELECT * FROM rm_resources WHERE resource_type = $1 AND tenant_id = $2 AND id ${backwards ? '<' : '>'} $3 ORDER BY id ${backwards ? 'DESC' : ''} LIMIT 200`,
+        [def.type, principal.tenantId, key],
       )
     ).map(rowOf);
-    if (rows.length === 0) break;
     for (const row of rows) {
-      after = row.id;
-      if (!isAllowed(principal, 'r', targetOf(row))) continue;
-      if (params.since && row.lastUpdated.getTime() < params.since.getTime()) continue;
-      if (resources === params.count) {
-        next = String(out.at(-1)?.id ?? row.id - 1);
-        break;
-      }
-      const all = await versions(sql, store, principal, def, row.id);
-      const chosen = params.at
-        ? [currentAt(all, params.at)].filter((v): v is Version => v !== undefined)
-        : all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime()).reverse();
+      key = row.id;
+      const chosen = await shown(row);
       if (chosen.length === 0) continue;
-      resources++;
-      for (const v of chosen) out.push({ ...v, resourceType: def.type, id: row.id });
+      if (picked.length === params.count) {
+        beyond = true;
+        break scan;
+      }
+      picked.push({ id: row.id, versions: chosen });
     }
-    if (next !== undefined || rows.length < 200) break;
+    if (rows.length < 200) break;
   }
-  return { versions: out, total: undefined, next };
+  if (backwards) picked.reverse();
+  const out = picked.flatMap((p) => p.versions.map((v) => ({ ...v, resourceType: def.type, id: p.id })));
+  const firstId = picked[0]?.id;
+  const lastId = picked.at(-1)?.id;
+  // Forwards, a page after a cursor has one before it; backwards, the page that linked here follows.
+  const hasNext = backwards ? lastId !== undefined : beyond;
+  const hasPrevious = backwards ? beyond : params.after !== undefined && firstId !== undefined;
+  return {
+    versions: out,
+    total: undefined,
+    next: hasNext && lastId !== undefined ? String(lastId) : undefined,
+    previous: hasPrevious && firstId !== undefined ? `p${firstId}` : undefined,
+  };
 };
 
 /** `_count` of a search when none is given, and the most one page holds (docs/interface.md §4.4). */

@@ -262,7 +262,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
       );
     return search(ctx, { ...ctx.query, ...(ctx.request.body as Record<string, string | string[]>) });
   });
-  /** A history Bundle (FHIR R5 http.html#history) of one page, with self, first and next links. */
+  /** A history Bundle (FHIR R5 http.html#history) of one page, with self, first, previous and next links. */
   const historyBundle = (path: string, query: queries.SearchParams, page: queries.HistoryPage) => {
     const url = (cursor: string | undefined) => {
       const params = new URLSearchParams();
@@ -292,6 +292,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
       link: [
         { relation: 'self', url: url(self) },
         { relation: 'first', url: url(undefined) },
+        ...(page.previous ? [{ relation: 'previous', url: url(page.previous) }] : []),
         ...(page.next ? [{ relation: 'next', url: url(page.next) }] : []),
       ],
       ...(entries.length > 0 ? { entry: entries } : {}),

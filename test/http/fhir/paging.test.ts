@@ -234,6 +234,19 @@ for (const database of testDatabases) {
       }
       expect(seen).to.deep.equal(['V5', 'V4', 'V3', 'V2', 'V1']);
       expect(pages).to.equal(3);
+
+      // previous links lead back page by page to the first; the first page has none.
+      const first = await fhir(app, 'GET', `/Practitioner/${id}/_history?_count=2`);
+      expect(link(first.body, 'previous')).to.equal(undefined);
+      const second = await fhir(app, 'GET', link(first.body, 'next')!);
+      const third = await fhir(app, 'GET', link(second.body, 'next')!);
+      expect(families(third.body)).to.deep.equal(['V1']);
+      const back = await fhir(app, 'GET', link(third.body, 'previous')!);
+      expect(families(back.body)).to.deep.equal(['V3', 'V2']);
+      expect(link(back.body, 'next')).to.equal(link(second.body, 'next'));
+      const front = await fhir(app, 'GET', link(back.body, 'previous')!);
+      expect(families(front.body)).to.deep.equal(['V5', 'V4']);
+      expect(link(front.body, 'previous')).to.equal(undefined);
     });
 
     it('_at just before and just after an update gives the old and the new version, at instance and type level', async () => {
@@ -279,6 +292,20 @@ for (const database of testDatabases) {
       }
       expect(new Set(all).size).to.equal(all.length);
       expect(all.length).to.equal(n);
+
+      // Back from the last page by previous links: the same pages in reverse, to the first.
+      const back: string[][] = [];
+      let last = await fhir(app, 'GET', '/Practitioner/_history?_count=2');
+      expect(link(last.body, 'previous')).to.equal(undefined);
+      for (let next = link(last.body, 'next'); next; next = link(last.body, 'next'))
+        last = await fhir(app, 'GET', next);
+      for (let page: any = last.body; page; ) {
+        back.unshift([...new Set((page.entry ?? []).map((e: any) => e.fullUrl as string))] as string[]);
+        const previous = link(page, 'previous');
+        page = previous ? (await fhir(app, 'GET', previous)).body : undefined;
+      }
+      expect(back.flat()).to.deep.equal(all);
+      expect(back.slice(0, -1).every((p) => p.length === 2)).to.equal(true);
       const since = new Date(Date.parse(app.casebook.clock().toISOString()) - 30_000).toISOString();
       const recent = await fhir(app, 'GET', `/Practitioner/_history?_since=${since}&_count=100`);
       expect(families(recent.body)).to.deep.equal(['After']);
