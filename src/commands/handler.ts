@@ -294,7 +294,8 @@ export const execute = async <R>(
       result = await command(work);
     } catch (error) {
       // A refusal counts only if what it was decided on is still current: otherwise decide again.
-      if (!(error instanceof DomainError) || attempt >= maxAttempts || !(await work.readsMoved())) throw error;
+      if (!(error instanceof DomainError) || attempt >= maxAttempts || !(await work.readsMoved()))
+        throw error;
       ctx.onConflict?.();
       await backoff(attempt);
       continue;
