@@ -100,7 +100,7 @@ export const versions = async (
 /** Parameters of a search, as they come (query string or form). */
 export type SearchParams = Record<string, string | string[] | undefined>;
 
-/** `_count` of a history page when none is given (docs/interface.md §4.4). */
+/** `_count` of a history page when none is given (docs/interface.md §4.3 rule 11). */
 export const DEFAULT_HISTORY_COUNT = 20;
 
 /** A history page's parameters: `_count`, `_cursor`, `_since`, `_at`. */
@@ -137,7 +137,7 @@ const instantOf = (name: string, text: string): Date => {
 };
 
 /**
- * Parses `_history` parameters (FHIR R5 http.html#history; docs/interface.md §4.4).
+ * Parses `_history` parameters (FHIR R5 http.html#history; docs/interface.md §4.3 rule 11).
  * @throws {DomainError} 400 unknown or malformed parameters, `_since` with `_at`.
  */
 export const parseHistory = (query: SearchParams): HistoryParams => {
@@ -304,7 +304,7 @@ export const typeHistory = async (
   };
 };
 
-/** `_count` of a search when none is given, and the most one page holds (docs/interface.md §4.4). */
+/** `_count` of a search when none is given, and the most one page holds (docs/interface.md §4.3 rule 10). */
 export const DEFAULT_SEARCH_COUNT = 20;
 export const MAX_SEARCH_COUNT = 1000;
 
@@ -366,7 +366,7 @@ export interface ParsedSearch {
 }
 
 /**
- * Parses the search parameters of `type` into a query and its paging (docs/interface.md §4.4).
+ * Parses the search parameters of `type` into a query and its paging (docs/interface.md §4.3 rule 10).
  * @throws {DomainError} 400 for unknown or malformed parameters, a `_sort` on an unsupported
  *   parameter, a cursor that is not one of this search.
  */
@@ -548,7 +548,7 @@ export interface SearchResult {
 const CHUNK = 200;
 
 /**
- * FHIR search on `def.type` in the caller's tenant, one page (docs/interface.md §4.4, §5.3: only
+ * FHIR search on `def.type` in the caller's tenant, one page (docs/interface.md §4.3 rule 10, §5.3: only
  * resources its scopes cover). Keyset paging: a page starts after (or, for a previous page, ends
  * before) the row its cursor names, so resources added or removed between pages never make a
  * client skip or see twice the ones that stay.

@@ -5,6 +5,7 @@
 import { RESOURCE_TYPES } from '../../domain/fhir/resource.js';
 import { DEFINITIONS } from '../../fhir/definitions.js';
 import { SEARCH_PARAMETERS } from '../../fhir/search.js';
+import { SDC_OPERATIONS } from '../sdc/operations.js';
 
 const SEARCH_TYPES: Record<string, string> = {
   id: 'token',
@@ -13,53 +14,44 @@ const SEARCH_TYPES: Record<string, string> = {
   encounter: 'reference',
 };
 
-/** The operations casebook implements, by resource type (issue 13: discoverable), with their definitions. */
-const OPERATIONS: Partial<Record<string, { name: string; definition: string; documentation: string }[]>> = {
-  Patient: [
-    {
-      name: 'everything',
-      definition: 'http://hl7.org/fhir/OperationDefinition/Patient-everything',
-      documentation:
-        'The patient compartment (Encounter, Task, QuestionnaireResponse and what they reference), paged.',
-    },
-  ],
-  Questionnaire: [
-    {
-      name: 'populate',
-      definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/Questionnaire-populate',
-      documentation:
-        'SDC $populate (form backend): a QuestionnaireResponse pre-filled from the launch context.',
-    },
-  ],
-  QuestionnaireResponse: [
-    {
-      name: 'validate',
-      definition: 'http://hl7.org/fhir/OperationDefinition/Resource-validate',
-      documentation:
-        'Validates a QuestionnaireResponse against its Questionnaire (SDC rules, RE2 regexes, FHIRPath within a budget).',
-    },
-    {
-      name: 'generate-narrative',
-      definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/QuestionnaireResponse-generate-narrative',
-      documentation: 'The plain-text report of a QuestionnaireResponse, as sent to the hospital.',
-    },
-    {
-      name: 'extract',
-      definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/QuestionnaireResponse-extract',
-      documentation:
-        'SDC definition-based $extract: a transaction Bundle of the resources the response describes.',
-    },
-  ],
-  ValueSet: [
-    {
-      name: 'expand',
-      definition: 'http://hl7.org/fhir/OperationDefinition/ValueSet-expand',
-      documentation: 'Expands a tenant ValueSet or a contained one (form backend).',
-    },
-  ],
-};
+/** The data server's own operations (its router mounts them; issue 14). */
+const FHIR_OPERATIONS = [
+  {
+    resourceType: 'Patient',
+    name: 'everything',
+    definition: 'http://hl7.org/fhir/OperationDefinition/Patient-everything',
+    documentation:
+      'The patient compartment (Encounter, Task, QuestionnaireResponse and what they reference), paged.',
+  },
+];
 
-/** Result parameters every search and history takes (docs/interface.md §4.4). */
+/** The operations casebook implements, by resource type (issue 13: discoverable), with their definitions. */
+const operationsOf = (type: string) =>
+  [...FHIR_OPERATIONS, ...SDC_OPERATIONS]
+    .filter((o) => o.resourceType === type)
+    .map(({ name, definition, documentation }) => ({ name, definition, documentation }));
+
+/**
+ * Result parameters every search takes (docs/interface.md §4.3 rules 10–11; FHIR R5 search.html),
+ * listed once for all resource types (`rest.searchParam`).
+ */
+const RESULT_PARAMETERS = [
+  { name: '_count', type: 'number', documentation: 'Entries per page: default 20, at most 1,000.' },
+  {
+    name: '_sort',
+    type: 'special',
+    documentation:
+      '_id, _lastUpdated and the token/uri parameters of the type; - before a name for descending.',
+  },
+  { name: '_total', type: 'token', documentation: 'none | estimate | accurate (the default).' },
+  {
+    name: '_include',
+    type: 'special',
+    documentation: "The references of the type's searchInclude, on each page for that page's matches.",
+  },
+];
+
+/** Result parameters every search and history takes (docs/interface.md §4.3 rules 10–11). */
 const PAGING_DOCUMENTATION =
   'Paging: _count (default 20, at most 1000), _sort (_id, _lastUpdated, and the token/uri parameters; - for descending), _total (none | estimate | accurate, default accurate), and opaque _cursor links (self, first, previous, next). History: _count, _since, _at.';
 
@@ -81,6 +73,7 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
           'HTTP Basic client credentials (governed by the client scopes) or the auth_session cookie (governed by the session scopes, SMART v2: patient/ compartment, user/ authored).',
       },
       interaction: [{ code: 'transaction' }],
+      searchParam: RESULT_PARAMETERS,
       documentation: PAGING_DOCUMENTATION,
       resource: [
         ...RESOURCE_TYPES.map((type) => {
@@ -110,7 +103,7 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
               type: p.kind === 'element' ? p.type : SEARCH_TYPES[p.kind],
             })),
             ...(search._include ? { searchInclude: search._include } : {}),
-            ...(OPERATIONS[type] ? { operation: OPERATIONS[type] } : {}),
+            ...(operationsOf(type).length > 0 ? { operation: operationsOf(type) } : {}),
             ...(def.partialUpdate
               ? {
                   documentation:

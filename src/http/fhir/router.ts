@@ -127,7 +127,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
       resourceType: 'Bundle',
       type: 'searchset',
       ...(result.total !== undefined ? { total: result.total } : {}),
-      // FHIR R5 http.html#paging: self, first, previous, next (docs/interface.md §4.4).
+      // FHIR R5 http.html#paging: self, first, previous, next (docs/interface.md §4.3 rule 10).
       link: [
         { relation: 'self', url: selfUrl(def.type, parameters) },
         { relation: 'first', url: page(undefined) },

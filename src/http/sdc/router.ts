@@ -9,8 +9,11 @@ import type { Casebook } from '../../casebook.js';
 export type RegisterOperation = (router: Router, casebook: Casebook) => void;
 
 /** Builds the form-backend router from its operations (mounted at the path of {sdk_backend_address}). */
-export const sdcRouter = (casebook: Casebook, operations: readonly RegisterOperation[]): Router => {
+export const sdcRouter = (
+  casebook: Casebook,
+  operations: readonly { readonly register: RegisterOperation }[],
+): Router => {
   const router = new Router();
-  for (const register of operations) register(router, casebook);
+  for (const { register } of operations) register(router, casebook);
   return router;
 };

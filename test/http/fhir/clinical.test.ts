@@ -1628,6 +1628,28 @@ for (const database of testDatabases) {
           for (const o of r.operation ?? [])
             expect(o.definition, o.name).to.match(/^http:\/\/hl7\.org\/fhir\//);
         expect(rest.documentation).to.match(/_count.*_sort.*_total/);
+        expect(rest.searchParam.map((p: any) => `${p.name}:${p.type}`)).to.deep.equal([
+          '_count:number',
+          '_sort:special',
+          '_total:token',
+          '_include:special',
+        ]);
+        // Every operation listed is one the server answers (the router mounts the same table).
+        const patient = await fhir(app, 'POST', '/Patient', {
+          body: {
+            resourceType: 'Patient',
+            identifier: [{ system: 'urn:test:metadata', value: `m-${Date.now()}` }],
+          },
+        });
+        expect(patient.status).to.equal(201);
+        for (const r of rest.resource)
+          for (const o of r.operation ?? []) {
+            const answer =
+              o.name === 'everything'
+                ? await fhir(app, 'GET', `/${r.type}/${patient.body.id}/$${o.name}`)
+                : await fhir(app, 'POST', `/${r.type}/$${o.name}`, { body: { resourceType: 'Parameters' } });
+            expect(answer.status, `${r.type}/$${o.name}`).to.not.be.oneOf([404, 405]);
+          }
         expect(byType.AuditEvent.interaction.map((i: any) => i.code)).to.deep.equal(['read', 'search-type']);
         for (const r of rest.resource.filter((x: any) => x.type !== 'AuditEvent')) {
           expect(r.interaction.map((i: any) => i.code).sort(), r.type).to.deep.equal(

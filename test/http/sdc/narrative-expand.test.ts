@@ -466,9 +466,19 @@ for (const database of testDatabases) {
           'Content-Type',
           'Authorization',
           'If-Match',
-          'Prefer',
+          'If-None-Match',
           'If-None-Exist',
+          'If-Modified-Since',
+          'Prefer',
+          'X-Request-Id',
           'X-Medplum',
+        ]);
+        // What a web client reads back (issue 13): ETag, Location, Last-Modified, Content-Location.
+        expect(simple.headers.get('access-control-expose-headers')?.split(',')).to.include.members([
+          'ETag',
+          'Location',
+          'Last-Modified',
+          'Content-Location',
         ]);
 
         const foreign = await fetch(formBackend(`/ValueSet/$expand?url=${encodeURIComponent(lobesUrl)}`), {
