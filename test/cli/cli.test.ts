@@ -9,7 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { PostgresSql } from '../../src/db/sql.js';
+import { MAX_SKEW_SECONDS, verifyLaunch } from '../../src/integration/launch-signature.js';
 import { POSTGRES_TEST_URL } from '../support/databases.js';
+import { TEST_LAUNCH_SECRET } from '../support/launch.js';
 import { cli } from '../support/process.js';
 
 describe('casebook CLI on the Postgres server', function () {
@@ -179,5 +181,71 @@ describe('casebook CLI on the Postgres server', function () {
     const result = JSON.parse(out.slice(out.indexOf('{')));
     expect(result.replayed).to.equal((await exportAll()).length);
     expect(await snapshot()).to.equal(before);
+  });
+});
+
+// Issue 12: the helper integrators and the demo sign launch links with.
+describe('casebook launch-url', function () {
+  this.timeout(60_000);
+  const SECOND_SECRET = 'second-launch-secret-0123456789-abcdefgh';
+  const OTHER_SECRET = 'another-launch-secret-0123456789-abcdefg';
+  const LAUNCH_URL = 'https://casebook.example.org/launch';
+
+  it('prints a launch URL signed now with the first LAUNCHER_SHARED_SECRET, which the verifier accepts', async () => {
+    const out = await cli(['launch-url', '--patient', 'P-1', '--encounter', 'E-1', '--user', 'dr-x'], {
+      LAUNCHER_SHARED_SECRET: `${TEST_LAUNCH_SECRET},${SECOND_SECRET}`,
+      PUBLIC_LAUNCH_URL: LAUNCH_URL,
+    });
+    const lines = out.trim().split('\n');
+    expect(lines, out).to.have.length(1);
+    const url = new URL(lines[0]!);
+    expect(`${url.origin}${url.pathname}`).to.equal(LAUNCH_URL);
+    const query = Object.fromEntries(url.searchParams);
+    expect([...url.searchParams.keys()].sort()).to.deep.equal([
+      'encounter',
+      'nonce',
+      'patient',
+      'sig',
+      'ts',
+      'user',
+    ]);
+    expect(query).to.include({ patient: 'P-1', encounter: 'E-1', user: 'dr-x' });
+    expect(query.ts).to.match(/^\d+$/);
+    expect(Math.abs(Number(query.ts) - Date.now() / 1000)).to.be.at.most(MAX_SKEW_SECONDS);
+    expect(query.nonce).to.match(/^[A-Za-z0-9_-]{16,}$/);
+    expect(query.sig).to.match(/^[A-Za-z0-9_-]{43}$/);
+    const now = new Date();
+    expect(verifyLaunch(query, [TEST_LAUNCH_SECRET], now)).to.deep.equal({
+      ok: true,
+      nonce: query.nonce,
+      ts: Number(query.ts),
+      key: 0,
+    });
+    // Signed with the first secret only: another secret, or the second of the list, refuses it.
+    expect(verifyLaunch(query, [OTHER_SECRET], now)).to.deep.equal({ ok: false, reason: 'bad-signature' });
+    expect(verifyLaunch(query, [SECOND_SECRET], now)).to.deep.equal({ ok: false, reason: 'bad-signature' });
+    // Each run signs with a fresh nonce.
+    const again = new URL(
+      (
+        await cli(['launch-url', '--patient', 'P-1', '--encounter', 'E-1', '--user', 'dr-x'], {
+          LAUNCHER_SHARED_SECRET: TEST_LAUNCH_SECRET,
+        })
+      ).trim(),
+    );
+    expect(again.searchParams.get('nonce')).not.to.equal(query.nonce);
+  });
+
+  it('without LAUNCHER_SHARED_SECRET exits 1 with a one-line message and no stack trace', async () => {
+    const failed = await cli(['launch-url', '--patient', 'P-1', '--encounter', 'E-1', '--user', 'dr-x'], {
+      LAUNCHER_SHARED_SECRET: '',
+    }).then(
+      (stdout) => ({ code: 0, stdout, stderr: '' }),
+      (error: { code: number; stdout: string; stderr: string }) => error,
+    );
+    expect(failed.code).to.equal(1);
+    expect(failed.stdout).to.equal('');
+    expect(failed.stderr).to.equal(
+      'casebook: LAUNCHER_SHARED_SECRET is not set: nothing to sign the launch URL with\n',
+    );
   });
 });

@@ -3,7 +3,18 @@
  * directory the process may not write, an HTTP sink that never answers — becomes a readable
  * reason without paths or control characters before it reaches an event.
  */
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import {
+  chmodSync,
+  closeSync,
+  constants,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,5 +105,70 @@ describe('outside text in export events', () => {
     expect(
       failureReason(new Error("EIO: i/o error, open '/var/lib/casebook/drop/506-v1.txt.tmp'"), 'file://'),
     ).to.equal("EIO: i/o error, open '<path>'");
+  });
+});
+
+/**
+ * The file sink is bounded like the HTTP and MLLP sinks (issue 15): a FIFO where the temporary
+ * file goes makes the open block, as a hung file system would, until a reader comes.
+ */
+describe('the file sink under EXPORT_TIMEOUT_MS', () => {
+  let dir: string;
+  let fifo: string;
+
+  beforeEach(function () {
+    dir = mkdtempSync(join(tmpdir(), 'casebook-hung-'));
+    fifo = join(dir, 'inst_qr-1-v1.txt.tmp');
+    try {
+      execFileSync('mkfifo', [fifo]);
+    } catch {
+      rmSync(dir, { recursive: true, force: true });
+      console.log('      skipped: mkfifo is not available');
+      this.skip();
+    }
+  });
+  afterEach(async () => {
+    // A reader releases the blocked open (and the libuv thread it holds); the aborted write then
+    // closes without writing.
+    const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    await new Promise((r) => setTimeout(r, 200));
+    closeSync(reader);
+    expect(readdirSync(dir), 'a late write is not renamed into place').to.deep.equal([
+      'inst_qr-1-v1.txt.tmp',
+    ]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('fails a write that does not finish within the timeout, with a reason that names no path', async () => {
+    const started = Date.now();
+    const reason = await reasonOf(pathToFileURL(dir).href, 300);
+    const elapsed = Date.now() - started;
+    expect(reason).to.equal('the drop directory did not finish the write within 300 ms');
+    expect(reason).not.to.include(dir);
+    expect(elapsed).to.be.within(290, 2000);
+  });
+
+  it('ends a hung write at once when the exporter stops (its abort signal)', async () => {
+    const sink = openSink(pathToFileURL(dir).href, { timeoutMs: 60_000 });
+    const stopping = new AbortController();
+    const started = Date.now();
+    setTimeout(() => stopping.abort(), 100);
+    const error = await sink.deliver(report, stopping.signal).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect((error as Error | undefined)?.message).to.equal('the delivery was aborted');
+    expect(Date.now() - started).to.be.below(2000);
+  });
+
+  it('still writes <key>.txt atomically when the file system answers', async () => {
+    const other = mkdtempSync(join(tmpdir(), 'casebook-drop-'));
+    try {
+      await openSink(pathToFileURL(other).href, { timeoutMs: 300 }).deliver(report);
+      expect(readdirSync(other)).to.deep.equal(['inst_qr-1-v1.txt']);
+      expect(readFileSync(join(other, 'inst_qr-1-v1.txt'), 'utf8')).to.equal(report.text);
+    } finally {
+      rmSync(other, { recursive: true, force: true });
+    }
   });
 });

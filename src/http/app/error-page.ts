@@ -8,7 +8,7 @@ import type { Context } from 'koa';
 import { escapeHtml, layout } from './layout.js';
 
 /** Titles of errors whose code says more than their status. */
-const TITLES_BY_CODE: Record<string, string> = {
+export const TITLES_BY_CODE: Record<string, string> = {
   LaunchNotTrusted: 'This launch link cannot be used',
   LauncherNotConfigured: 'The launcher is not available',
   EncounterOfAnotherPatient: 'This launch does not match the patient record',
@@ -18,13 +18,16 @@ const TITLES_BY_CODE: Record<string, string> = {
   TaskStarted: 'This report was already started',
 };
 
-const TITLES: Record<number, string> = {
+/** Titles by status, for the other errors ({@link FALLBACK_TITLE} for a status not listed). */
+export const TITLES: Record<number, string> = {
   400: 'This link is not valid',
   401: 'Your session is not active',
   403: 'Access denied',
   404: 'Not found',
+  405: 'This action is not available here',
   409: 'This link is ambiguous',
   410: 'This was deleted',
+  412: 'This was changed in the meantime',
   413: 'This request is too large',
   415: 'Unsupported request',
   422: 'This cannot be opened',
@@ -33,12 +36,16 @@ const TITLES: Record<number, string> = {
   503: 'This service is not available right now',
 };
 
-const HINTS: Record<string, string> = {
+/** What to do next, by error code ({@link DEFAULT_HINT} for the others). */
+export const HINTS: Record<string, string> = {
   LaunchNotTrusted: 'Open the report again from your clinical system; it creates a new link.',
   LauncherNotConfigured: 'Please tell IT support: the launcher needs its configuration.',
   EncounterOfAnotherPatient:
     "Please tell IT support: the clinical system's patient and encounter numbers disagree with casebook's record.",
 };
+
+export const FALLBACK_TITLE = 'Something went wrong';
+export const DEFAULT_HINT = 'Return to your clinical system and open the report again.';
 
 /** A message as a sentence: a capital first letter and a final full stop. */
 export const sentence = (message: string): string => {
@@ -50,8 +57,8 @@ export const sentence = (message: string): string => {
 
 /** Writes an HTML error page with `status`; `detail` is shown escaped; `code` picks a better title. */
 export const sendErrorPage = (ctx: Context, status: number, detail: string, code?: string): void => {
-  const title = (code && TITLES_BY_CODE[code]) ?? TITLES[status] ?? 'Something went wrong';
-  const hint = (code && HINTS[code]) ?? 'Return to your clinical system and open the report again.';
+  const title = (code && TITLES_BY_CODE[code]) ?? TITLES[status] ?? FALLBACK_TITLE;
+  const hint = (code && HINTS[code]) ?? DEFAULT_HINT;
   ctx.status = status;
   ctx.type = 'text/html; charset=utf-8';
   ctx.set('Cache-Control', 'no-store');

@@ -45,7 +45,7 @@ export interface Sink {
 }
 
 export interface SinkOptions {
-  /** Bound of one delivery, milliseconds (default 10 s). */
+  /** Bound of one delivery to any sink (HTTP, MLLP, file), milliseconds (default 10 s). */
   readonly timeoutMs?: number;
 }
 
@@ -63,7 +63,7 @@ export const openSink = (url: string, options: SinkOptions = {}): Sink => {
     case 'mllp:':
       return mllpSink(parsed, timeoutMs);
     case 'file:':
-      return fileSink(parsed);
+      return fileSink(parsed, timeoutMs);
     default:
       throw new Error(`EXPORT_SINK: unsupported scheme ${parsed.protocol} (use http, https, mllp or file)`);
   }
@@ -117,17 +117,53 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
   };
 };
 
-const fileSink = (url: URL): Sink => {
+const fileSink = (url: URL, timeoutMs: number): Sink => {
   const dir = fileURLToPath(url);
+  /** Writes `<key>.txt` atomically; stops between steps once `signal` is aborted. */
+  const write = async (report: Report, signal: AbortSignal) => {
+    await mkdir(dir, { recursive: true });
+    signal.throwIfAborted();
+    // The key names the file: unique across installations, stable across attempts.
+    const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
+    const tmp = `${name}.tmp`;
+    await writeFile(tmp, report.text, { encoding: 'utf8', signal });
+    // A write that finished after the timeout is not put in place: the attempt was already failed.
+    signal.throwIfAborted();
+    await rename(tmp, name);
+  };
   return {
     label: 'file://',
-    deliver: async (report) => {
-      await mkdir(dir, { recursive: true });
-      // The key names the file: unique across installations, stable across attempts.
-      const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
-      const tmp = `${name}.tmp`;
-      await writeFile(tmp, report.text, 'utf8');
-      await rename(tmp, name);
+    // Bounded like the HTTP and MLLP sinks (EXPORT_TIMEOUT_MS, and the exporter's stop): a hung
+    // file system (a stale NFS mount, a FIFO in the drop directory) fails the attempt and frees the
+    // delivery slot. A system call already blocked cannot be cancelled; it ends, unseen, in the
+    // background, and its file is not renamed into place. The reason names no path.
+    deliver: async (report, signal) => {
+      if (signal?.aborted) throw new Error('the delivery was aborted');
+      const controller = new AbortController();
+      let fail: (error: Error) => void = () => undefined;
+      const bounded = new Promise<never>((_, reject) => {
+        fail = reject;
+      });
+      const end = (error: Error) => {
+        // Rejected before the write is aborted, so the attempt fails with this reason.
+        fail(error);
+        controller.abort(error);
+      };
+      const timer = setTimeout(
+        () => end(new Error(`the drop directory did not finish the write within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      const stop = () => end(new Error('the delivery was aborted'));
+      signal?.addEventListener('abort', stop, { once: true });
+      const written = write(report, controller.signal);
+      // After the timeout nobody waits for the write; its late failure is expected.
+      written.catch(() => undefined);
+      try {
+        await Promise.race([written, bounded]);
+      } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', stop);
+      }
     },
   };
 };
