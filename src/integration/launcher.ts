@@ -242,7 +242,8 @@ const idFromLocation = (location: unknown, type: string): number => {
     typeof location === 'string'
       ? new RegExp(`^(?:.*/)?${type}/(\\d+)(?:/_history/\\d+)?$`).exec(location)
       : null;
-  if (!m) throw new LaunchError(502, `the data server answered the launch without the location of its ${type}`);
+  if (!m)
+    throw new LaunchError(502, `the data server answered the launch without the location of its ${type}`);
   return Number(m[1]);
 };
 
