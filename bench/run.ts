@@ -21,8 +21,8 @@ import { v4 as uuidv4 } from 'uuid';
 import { migrateSequences } from '../src/commands/context.js';
 import { PgliteSql, PostgresSql, type Sql } from '../src/db/sql.js';
 import { type SessionCreatedData, sessionStream } from '../src/domain/session/session.js';
+import { openEventStore } from '../src/eventstore/index.js';
 import type { EventStore, NewEvent, Position } from '../src/eventstore/port.js';
-import { SqlEventStore } from '../src/eventstore/sql-event-store.js';
 import { allProjections } from '../src/projections/index.js';
 import { ProjectionRunner } from '../src/projections/runner.js';
 
@@ -314,7 +314,7 @@ const runEngine = async (engine: Database['engine'], open: () => Promise<Databas
   const db = await open();
   if (!db) return;
   record({ name: 'RSS with the database open (after GC)', engine, value: await settledMib(), unit: 'MiB' });
-  const store = await SqlEventStore.open(db.sql);
+  const store = await openEventStore({ sql: db.sql });
   try {
     await benchSequentialAppends(db, store, 1);
     if (db.engine === 'postgres') await benchConcurrentAppends(db, store, SEQUENTIAL_APPENDS + 1);

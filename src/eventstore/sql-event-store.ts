@@ -21,6 +21,8 @@
 import { Subject, type Subscription } from 'rxjs';
 import type { Sql } from '../db/sql.js';
 import {
+  type AppendHook,
+  AppendHookFailure,
   type AppendManyResult,
   type AppendRequest,
   type AppendResult,
@@ -35,9 +37,12 @@ import {
   type ReadStreamOptions,
   type RecordedEvent,
   type SubscribeOptions,
+  type TransactionalAppends,
   UnstorableEvent,
   WrongExpectedVersion,
 } from './port.js';
+
+export { type AppendHook, AppendHookFailure } from './port.js';
 
 /** NOTIFY channel on which appends announce themselves (payload empty). */
 export const EVENTS_CHANNEL = 'casebook_events';
@@ -318,50 +323,6 @@ const validateRequests = (requests: readonly AppendRequest[]): void => {
 };
 
 /**
- * Thrown by an {@link AppendHook} that cannot apply the events and asks the store to run the append
- * again with `key` in `failures` (the hook then records the failure instead, e.g. stops one
- * projection). The store retries once per key; a key failing twice is rethrown.
- */
-export class AppendHookFailure extends Error {
-  override readonly name = 'AppendHookFailure';
-  constructor(
-    readonly key: string,
-    readonly detail: unknown,
-    override readonly cause?: unknown,
-  ) {
-    super(`append hook failed on ${key}`);
-  }
-}
-
-/**
- * Code that runs inside every append's transaction on the SQL stores, after the events are written
- * (casebook's inline projections, docs/architecture.md "Projections").
- */
-export interface AppendHook {
-  /**
-   * Whether the hook has anything to do for events of these types. When not, an append outside a
-   * caller's transaction is one autocommit statement (no BEGIN/COMMIT round trips).
-   */
-  needed(types: ReadonlySet<string>): boolean;
-  /** The projections this process maintains: an append is refused while another is live. */
-  readonly known: readonly string[];
-  /** The error an append refused because projection `name` is live but not {@link known} throws. */
-  unknownProjection(name: string): Error;
-  /**
-   * @param events the events this append wrote, in `$all` order (none for a replayed append).
-   * @param projections the status of every projection in `projection_state`, read under the append lock.
-   * @param failures keys of earlier attempts' {@link AppendHookFailure}s, with their detail.
-   * @throws anything to roll the append back; {@link AppendHookFailure} to ask for a retry.
-   */
-  apply(
-    tx: Sql,
-    events: readonly RecordedEvent[],
-    projections: ReadonlyMap<string, string>,
-    failures: ReadonlyMap<string, unknown>,
-  ): Promise<void>;
-}
-
-/**
  * Event store on Postgres or PGlite (docs/architecture.md "Event store"). Open with
  * {@link SqlEventStore.open}; the caller owns the {@link Sql} and closes it after
  * {@link SqlEventStore.close}.
@@ -415,6 +376,15 @@ export class SqlEventStore implements EventStore {
   setAppendHook(hook: AppendHook | undefined): void {
     this.hook = hook;
   }
+
+  /** Appends in SQL transactions: the hook, the append lock, and `$all` read in a transaction. */
+  readonly transactional: TransactionalAppends = {
+    setAppendHook: (hook) => this.setAppendHook(hook),
+    lockAppends: async (tx) => {
+      await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
+    },
+    readAllIn: (tx, options, committedOnly) => SqlEventStore.readAllOn(tx, options, committedOnly),
+  };
 
   /**
    * Appends `events` to `streamName` in one transaction when the stream is in `expectedState`.

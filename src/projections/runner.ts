@@ -23,19 +23,16 @@ import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
 import type { Sql } from '../db/sql.js';
 import {
+  type AppendHook,
+  AppendHookFailure,
   comparePositions,
   type EventStore,
   type Position,
   parsePosition,
   positionToString,
   type RecordedEvent,
+  type TransactionalAppends,
 } from '../eventstore/port.js';
-import {
-  APPEND_LOCK_KEY,
-  type AppendHook,
-  AppendHookFailure,
-  SqlEventStore,
-} from '../eventstore/sql-event-store.js';
 import type { Projection } from './projection.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
@@ -238,7 +235,7 @@ export class ProjectionRunner {
     private readonly logger: Logger,
     options: ProjectionRunnerOptions = {},
   ) {
-    this.mode = options.mode ?? (store.kind === 'kurrentdb' ? 'async' : 'inline');
+    this.mode = options.mode ?? (store.transactional ? 'inline' : 'async');
     this.byName = new Map(projections.map((p) => [p.name, p]));
     this.deferred = new Set(
       this.mode === 'inline' ? projections.filter((p) => p.deferred === true).map((p) => p.name) : [],
@@ -246,10 +243,16 @@ export class ProjectionRunner {
     this.clock = options.clock ?? (() => new Date());
     this.pageSize = options.pageSize ?? CATCH_UP_PAGE;
     if (this.mode === 'inline') {
-      if (!(store instanceof SqlEventStore))
-        throw new TypeError('inline projections need the SQL event store');
-      store.setAppendHook(this.appendHook());
+      if (!store.transactional) throw new TypeError('inline projections need a store with SQL transactions');
+      store.transactional.setAppendHook(this.appendHook());
     }
+  }
+
+  /** The store's SQL-transaction capabilities (inline mode only). */
+  private appends(): TransactionalAppends {
+    if (!this.store.transactional)
+      throw new TypeError('inline projections need a store with SQL transactions');
+    return this.store.transactional;
   }
 
   /**
@@ -301,7 +304,7 @@ export class ProjectionRunner {
         result.set(state.name, 0);
         continue;
       }
-      if (this.store.kind === 'kurrentdb') {
+      if (!this.store.transactional) {
         result.set(state.name, undefined);
         continue;
       }
@@ -506,11 +509,11 @@ export class ProjectionRunner {
     if (signal?.aborted || checkpoints.size === 0) return read;
     // The last pages under the append lock, then live: no append can fall in between.
     read += await this.sql.transaction(async (tx) => {
-      await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
+      await this.appends().lockAppends(tx);
       let count = 0;
       for (;;) {
         const from = least();
-        const page = await SqlEventStore.readAllOn(
+        const page = await this.appends().readAllIn(
           tx,
           { ...(from ? { from } : {}), maxCount: this.pageSize },
           false,
@@ -693,7 +696,7 @@ export class ProjectionRunner {
       if (!free) throw new Error('a projection runner is active on this database: stop it before replaying');
     }
     await this.sql.transaction(async (tx) => {
-      if (this.mode === 'inline') await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
+      if (this.mode === 'inline') await this.appends().lockAppends(tx);
       for (const name of names) {
         const projection = this.byName.get(name)!;
         for (const table of projection.tables) await tx.exec(`DROP TABLE IF EXISTS ${table} CASCADE`);

@@ -10,8 +10,8 @@ import { type Casebook, openCasebook } from '../../src/casebook.js';
 import { applySeed, type Seed } from '../../src/commands/seed.js';
 import { loadConfig } from '../../src/config.js';
 import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
+import { SqlEventStore } from '../../src/eventstore/index.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
-import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { createHttpApp } from '../../src/http/app.js';
 import type { TestDatabase } from './databases.js';
 
