@@ -259,10 +259,11 @@ export const remove = async (
   def: ResourceDefinition,
   id: number,
   ifMatch?: number,
-): Promise<void> => {
+): Promise<{ readonly patientId: number | null }> => {
   const state = await loadResource(uow, def.type, id, principal.tenantId);
   if (state.status === 'none') throw notFound(def.type, id);
-  authorize(principal, 'd', targetOfState(def.type, id, state));
+  const target = targetOfState(def.type, id, state);
+  authorize(principal, 'd', target);
   const column = def.type === 'Patient' ? 'patient_id' : 'encounter_id';
   await deleteResource(
     uow,
@@ -272,4 +273,5 @@ export const remove = async (
     () => referencingResources(uow.ctx.sql, principal.tenantId, column, id, def.deleteBlockedBy),
     ifMatch !== undefined ? { ifMatch } : {},
   );
+  return { patientId: target.patientId ?? null };
 };

@@ -225,9 +225,9 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
               what,
               ...(typeof e.patientId === 'number' && type !== 'Patient'
                 ? {
-                    detail: [
-                      { type: { text: 'patient' }, valueReference: { reference: `Patient/${e.patientId}` } },
-                    ],
+                    // R5 AuditEvent.entity.detail has no Reference value: the patient's reference
+                    // travels as a string (AuditEvent.patient holds it too when there is one).
+                    detail: [{ type: { text: 'patient' }, valueString: `Patient/${e.patientId}` }],
                   }
                 : {}),
             };

@@ -76,7 +76,8 @@ export const auditMiddleware =
     if (!audited(ctx.path) || ctx.method === 'OPTIONS') return next();
     await next();
     const note = (ctx.state.audit ?? {}) as AuditNote;
-    const action = note.action ?? ACTIONS[ctx.method] ?? 'E';
+    // A FHIR operation (`$name`) is an execute (E) unless its route says otherwise ($everything: R).
+    const action = note.action ?? (ctx.path.includes('/$') ? 'E' : (ACTIONS[ctx.method] ?? 'E'));
     if (action === 'R' && !casebook.config.auditReads) return;
     const record: AuditRecord = {
       id: uuidv4(),

@@ -23,12 +23,15 @@ export const auditIndex = (event: AuditEventResource) => {
     return [key, bare].filter((k): k is string => typeof k === 'string');
   });
   const entityList =
-    (event.entity as { what?: Ref; detail?: { valueReference?: Ref }[] }[] | undefined) ?? [];
+    (event.entity as
+      | { what?: Ref; detail?: { valueString?: string; valueReference?: Ref }[] }[]
+      | undefined) ?? [];
   const entities = entityList.map((e) => refKey(e.what)).filter((k): k is string => typeof k === 'string');
   const patientRefs = [
     (event.patient as Ref | undefined)?.reference,
     ...entityList.map((e) => e.what?.reference),
-    ...entityList.flatMap((e) => (e.detail ?? []).map((d) => d.valueReference?.reference)),
+    // The patient of each entity (valueReference: AuditEvents recorded before it became a string).
+    ...entityList.flatMap((e) => (e.detail ?? []).map((d) => d.valueString ?? d.valueReference?.reference)),
   ];
   const patients = [
     ...new Set(

@@ -165,6 +165,73 @@ for (const database of testDatabases) {
       ]);
     });
 
+    it('records operations as executes (E) naming what they read, and history, vread and delete with the patient', async () => {
+      const patient = await newPatient();
+      const task = await fhir(app, 'POST', '/Task', {
+        body: {
+          resourceType: 'Task',
+          identifier: [{ system: 'urn:audit:task', value: unique('t') }],
+          status: 'draft',
+          intent: 'order',
+          for: { reference: `Patient/${patient.id}` },
+        },
+      });
+      expect(task.status, JSON.stringify(task.body)).to.equal(201);
+      const before = (await app.allEvents({ audit: true })).length;
+      const populated = await fhir(app, 'POST', '/Questionnaire/$populate', {
+        body: {
+          resourceType: 'Parameters',
+          parameter: [
+            {
+              name: 'questionnaire',
+              resource: {
+                resourceType: 'Questionnaire',
+                url: 'urn:audit:q',
+                status: 'active',
+                item: [{ linkId: 'a', type: 'string' }],
+              },
+            },
+            { name: 'subject', valueReference: { reference: `Patient/${patient.id}` } },
+            {
+              name: 'context',
+              part: [
+                { name: 'name', valueString: 'patient' },
+                { name: 'content', valueReference: { reference: `Patient/${patient.id}` } },
+              ],
+            },
+          ],
+        },
+      });
+      expect(populated.status, JSON.stringify(populated.body)).to.equal(200);
+      expect((await fhir(app, 'GET', `/Task/${task.body.id}/_history`)).status).to.equal(200);
+      expect((await fhir(app, 'GET', `/Task/${task.body.id}/_history/1`)).status).to.equal(200);
+      expect((await fhir(app, 'DELETE', `/Task/${task.body.id}`)).status).to.equal(204);
+      const events = await auditEventsSince(before);
+      expect(events.map((e) => [e.action, e.code.coding[0].code])).to.deep.equal([
+        ['E', 'operation'],
+        ['R', 'history-instance'],
+        ['R', 'vread'],
+        ['D', 'delete'],
+      ]);
+      expect(events[0].entity).to.deep.equal([{ what: { reference: `Patient/${patient.id}` } }]);
+      for (const e of events)
+        expect(e.patient, e.code.coding[0].code).to.deep.equal({ reference: `Patient/${patient.id}` });
+      for (const e of events.slice(1))
+        expect(e.entity).to.deep.equal([
+          {
+            what: { reference: `Task/${task.body.id}` },
+            detail: [{ type: { text: 'patient' }, valueString: `Patient/${patient.id}` }],
+          },
+        ]);
+      // Found by the patient, whatever the action.
+      await app.casebook.runner.waitForDeferred('audit-events');
+      const found = await search(`patient=Patient/${patient.id}&action=D`);
+      expect(found.status).to.equal(200);
+      expect(found.body.entry.map((e: any) => e.resource.entity[0].what.reference)).to.deep.equal([
+        `Task/${task.body.id}`,
+      ]);
+    });
+
     it('searches by patient, entity, agent, date, action and outcome, newest first, with paging', async () => {
       const patient = await newPatient();
       for (let i = 0; i < 3; i++) await fhir(app, 'GET', `/Patient/${patient.id}`);

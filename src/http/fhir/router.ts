@@ -59,6 +59,23 @@ const writtenEntity = (type: ResourceType, result: WriteResult): AuditEntity => 
   patientId: compartmentOf(type, result.id, result.content).patientId ?? null,
 });
 
+/** The audit entity of a resource read through its versions: its patient from the newest content. */
+const versionsEntity = (
+  type: ResourceType,
+  id: number,
+  versions: readonly { readonly resource?: Record<string, unknown> | undefined }[],
+): AuditEntity => {
+  const content = versions.find((v) => v.resource)?.resource;
+  return {
+    reference: `${type}/${id}`,
+    patientId: content
+      ? (compartmentOf(type, id, content).patientId ?? null)
+      : type === 'Patient'
+        ? id
+        : null,
+  };
+};
+
 /** Builds the router of the data server (mounted at the path of {fhir_base_url}). */
 export const fhirRouter = (casebook: Casebook): Router => {
   const router = new Router();
@@ -308,10 +325,13 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const query = ctx.query as queries.SearchParams;
     const page = await queries.typeHistory(casebook.sql, casebook.store, principal, def, query);
     noteAudit(ctx, {
-      entities: [...new Set(page.versions.map((v) => v.id))].map((id) => ({
-        reference: `${def.type}/${id}`,
-        patientId: null,
-      })),
+      entities: [...new Set(page.versions.map((v) => v.id))].map((id) =>
+        versionsEntity(
+          def.type,
+          id,
+          page.versions.filter((v) => v.id === id),
+        ),
+      ),
     });
     ctx.type = FHIR_JSON;
     ctx.body = historyBundle(`/${def.type}/_history`, query, page);
@@ -401,7 +421,10 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
     const ifMatch = ifMatchOf(ctx.get('If-Match') || undefined);
-    await execute(contextFor(ctx, principal), (uow) => fhir.remove(uow, principal, def, id, ifMatch));
+    const { result } = await execute(contextFor(ctx, principal), (uow) =>
+      fhir.remove(uow, principal, def, id, ifMatch),
+    );
+    noteAudit(ctx, { entities: [{ reference: `${def.type}/${id}`, patientId: result.patientId }] });
     ctx.status = 204;
   });
 
@@ -412,6 +435,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     noteAudit(ctx, { interaction: 'history-instance', action: 'R' });
     const query = ctx.query as queries.SearchParams;
     const page = await queries.instanceHistory(casebook.sql, casebook.store, principal, def, id, query);
+    noteAudit(ctx, { entities: [versionsEntity(def.type, id, page.versions)] });
     ctx.type = FHIR_JSON;
     ctx.body = historyBundle(`/${def.type}/${id}/_history`, query, page);
   });
@@ -445,6 +469,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
         undefined,
         { issueCode: 'deleted' },
       );
+    noteAudit(ctx, { entities: [versionsEntity(def.type, id, [version])] });
     sendResource(ctx, 200, version.resource, version.versionId, version.at);
   });
 

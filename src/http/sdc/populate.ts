@@ -15,6 +15,7 @@ import { idOf } from '../../fhir/resources.js';
 import { readResource } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
+import { noteAudit } from '../audit.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
 import { tenantResolver } from './resolve.js';
@@ -85,6 +86,7 @@ const parseReference = (
  *   the tenant, 403 when the caller's scopes do not allow reading it.
  */
 const readReferenced = async (
+  ctx: Context,
   casebook: Casebook,
   principal: Principal,
   reference: unknown,
@@ -106,6 +108,8 @@ const readReferenced = async (
     : undefined;
   if (!row || row.deleted) throw notFound(`${expression}: ${reference.reference} is not known`, expression);
   authorize(principal, 'r', targetOf(row));
+  // Issue 14: the operation read this resource; its AuditEvent names it with its patient.
+  noteAudit(ctx, { entities: [{ reference: `${row.resourceType}/${row.id}`, patientId: row.patientId }] });
   return row.resource as Json;
 };
 
@@ -178,7 +182,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
       }
       case 'questionnaireRef': {
         const reference = value?.[0] === 'valueReference' ? value[1] : undefined;
-        const found = await readReferenced(casebook, principal, reference, at);
+        const found = await readReferenced(ctx, casebook, principal, reference, at);
         if (found.resourceType !== 'Questionnaire')
           throw invalid(`${at} (questionnaireRef) must reference a Questionnaire`, at);
         setQuestionnaire(found as Questionnaire, at, true);
@@ -211,7 +215,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
         else if (isObject(contentPart.valueReference))
           context.push({
             name,
-            content: await readReferenced(casebook, principal, contentPart.valueReference, contentAt),
+            content: await readReferenced(ctx, casebook, principal, contentPart.valueReference, contentAt),
           });
         else
           throw invalid(`${contentAt} (context ${name}) must be a resource or a valueReference`, contentAt);
