@@ -27,14 +27,13 @@ echo "$POPULATED"
 RESPONSE=$(echo "$POPULATED" | jsedit 'x.parameter.find(p => p.name === "response").resource')
 
 step "3. Answer two of the three required questions, mark it completed, \$validate: one error"
+# (\$populate leaves out the optional "Findings" group, which it had nothing to fill in: add it.)
 ANSWERED=$(echo "$RESPONSE" | jsedit '(() => {
-  const item = (items, id) => items.flatMap(i => [i, ...item(i.item ?? [], id)]).find(i => i.linkId === id);
-  const all = (items) => items.flatMap(i => [i, ...all(i.item ?? [])]);
-  const set = (id, answer) => { const it = all(x.item).find(i => i.linkId === id); it.answer = [answer]; };
-  set("indication", { valueString: "Cough and fever for 5 days" });
-  set("findings.lungs", { valueCoding: { system: "https://casebook.dev/fhir/CodeSystem/demo", code: "consolidation", display: "Consolidation" } });
-  set("findings.heart-enlarged", { valueBoolean: false });
-  set("findings.other", { valueString: "Small left pleural effusion.\nNo pneumothorax." });
+  x.item.find(i => i.linkId === "indication").answer = [{ valueString: "Cough and fever for 5 days" }];
+  x.item.splice(x.item.findIndex(i => i.linkId === "impression"), 0, { linkId: "findings", text: "Findings", item: [
+    { linkId: "findings.lungs", text: "Lungs", answer: [{ valueCoding: { system: "https://casebook.dev/fhir/CodeSystem/demo", code: "consolidation", display: "Consolidation" } }] },
+    { linkId: "findings.heart-enlarged", text: "Heart enlarged", answer: [{ valueBoolean: false }] },
+    { linkId: "findings.other", text: "Other findings", answer: [{ valueString: "Small left pleural effusion.\nNo pneumothorax." }] } ] });
   return { ...x, status: "completed" };
 })()')
 post 'QuestionnaireResponse/$validate' "$ANSWERED"; echo
