@@ -611,7 +611,11 @@ program
     '--against <head>',
     'prove that the log still extends a head printed earlier (a file, or the JSON itself)',
   )
-  .action((o: { seal?: boolean; head?: boolean; against?: string }) =>
+  .option(
+    '--max-unsealed-age <seconds>',
+    'fail when an event older than this was never sealed (default 600; 0 accepts none, "none" never fails)',
+  )
+  .action((o: { seal?: boolean; head?: boolean; against?: string; maxUnsealedAge?: string }) =>
     withCasebook(
       async (casebook) => {
         const env = process.env;
@@ -620,6 +624,20 @@ program
           console.log(JSON.stringify(head));
           return;
         }
+        const maxUnsealedAgeMs =
+          o.maxUnsealedAge === undefined
+            ? undefined
+            : o.maxUnsealedAge === 'none'
+              ? Number.POSITIVE_INFINITY
+              : /^\d{1,9}$/.test(o.maxUnsealedAge)
+                ? Number(o.maxUnsealedAge) * 1000
+                : undefined;
+        if (o.maxUnsealedAge !== undefined && maxUnsealedAgeMs === undefined)
+          throw new Error('--max-unsealed-age must be a number of seconds or "none"');
+        const walkOptions = {
+          now: casebook.clock(),
+          ...(maxUnsealedAgeMs !== undefined ? { maxUnsealedAgeMs } : {}),
+        };
         const sealer = new Sealer(casebook.store, casebook.sql, casebook.logger);
         await sealer.migrate();
         if (o.seal) await sealer.sealAll();
@@ -630,10 +648,10 @@ program
           result = await verifyAgainst(casebook.store, head);
           // Leaves and seals may still name the event when only the events were edited.
           if (!result.ok) {
-            const walk = await verifyLog(casebook.store, casebook.sql);
+            const walk = await verifyLog(casebook.store, casebook.sql, walkOptions);
             if (!walk.ok) result = { ...result, problem: walk.problem! };
           }
-        } else result = await verifyLog(casebook.store, casebook.sql);
+        } else result = await verifyLog(casebook.store, casebook.sql, walkOptions);
         if (!result.ok) {
           const p = result.problem!;
           console.error(`casebook verify: ${p.kind} at position ${p.position}: ${p.detail}`);

@@ -13,8 +13,9 @@ const PAGE = 5000;
 export interface VerifyProblem {
   /** altered: an event differs from its leaf; removed: a sealed event is missing; inserted: an
    * event sits in a sealed range without a leaf; seal: leaves and seals disagree (they were
-   * edited); head: the log does not extend the head given. */
-  readonly kind: 'altered' | 'removed' | 'inserted' | 'seal' | 'head';
+   * edited); head: the log does not extend the head given; unsealed: an event older than the
+   * grace period was never sealed (its seals were deleted, or no sealer runs). */
+  readonly kind: 'altered' | 'removed' | 'inserted' | 'seal' | 'head' | 'unsealed';
   /** `$all` position, `commit/prepare`. */
   readonly position: string;
   readonly detail: string;
@@ -78,13 +79,33 @@ async function* eventsOf(store: EventStore) {
   }
 }
 
+/** How long an event may stay unsealed before `verify` calls it a problem (the sealer runs every second). */
+export const DEFAULT_MAX_UNSEALED_AGE_MS = 10 * 60 * 1000;
+
+export interface VerifyOptions {
+  /** The time the walk is judged at (the unsealed grace period counts back from it). */
+  readonly now?: Date;
+  /**
+   * An unsealed event recorded longer ago than this is a problem (`unsealed`): deleting the seals
+   * must not pass for "not sealed yet". Default {@link DEFAULT_MAX_UNSEALED_AGE_MS}; Infinity: never.
+   */
+  readonly maxUnsealedAgeMs?: number;
+}
+
 /**
  * Walks the whole log against the leaves and the seals: every event up to the last seal must have
  * its leaf (same id, same hash), every leaf its event, and the leaves of each seal must chain to
- * its hash from the previous seal's.
+ * its hash from the previous seal's. Events after the last seal may wait for the sealer, but not
+ * longer than the grace period.
  * @returns ok with the counts and the sealed head, or the first problem found (in log order).
  */
-export const verifyLog = async (store: EventStore, sql: Sql): Promise<VerifyResult> => {
+export const verifyLog = async (
+  store: EventStore,
+  sql: Sql,
+  options: VerifyOptions = {},
+): Promise<VerifyResult> => {
+  const now = (options.now ?? new Date()).getTime();
+  const maxUnsealedAgeMs = options.maxUnsealedAgeMs ?? DEFAULT_MAX_UNSEALED_AGE_MS;
   const seals = await allSeals(sql);
   const lastSealed = seals.at(-1)?.to;
   const events = eventsOf(store)[Symbol.asyncIterator]();
@@ -167,6 +188,13 @@ export const verifyLog = async (store: EventStore, sql: Sql): Promise<VerifyResu
   }
   let unsealed = 0;
   while (!event.done) {
+    const recordedAt = Date.parse(event.value.metadata.recordedAt);
+    if (unsealed === 0 && Number.isFinite(recordedAt) && now - recordedAt > maxUnsealedAgeMs)
+      return fail(
+        'unsealed',
+        positionToString(event.value.position),
+        `event ${event.value.id} was recorded at ${event.value.metadata.recordedAt} and never sealed (its seals were deleted, or no sealer runs)`,
+      );
     unsealed++;
     event = await events.next();
   }

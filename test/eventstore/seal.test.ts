@@ -82,11 +82,30 @@ for (const database of testDatabases) {
       const head = await logHead(store, new Date());
       expect(head).to.deep.include({ hash: result.headHash, position: result.headPosition, events: 30 });
       expect(await sealer.sealAll()).to.equal(0);
-      // Events after the last seal are reported, not an error.
+      // Events after the last seal are reported, not an error, while they are recent.
       await store.append('note-late', [event(99)], 'no_stream');
-      const later = await verifyLog(store, opened.sql);
+      const soon = new Date(Date.parse(event(99).metadata.recordedAt) + 60_000);
+      const later = await verifyLog(store, opened.sql, { now: soon });
       expect(later.ok).to.equal(true);
-      expect(later.sealed).to.equal(30);
+      expect(later).to.deep.include({ sealed: 30, unsealed: 1 });
+      // Left unsealed past the grace period (10 minutes by default), it is a problem.
+      const late = new Date(Date.parse(event(99).metadata.recordedAt) + 11 * 60_000);
+      const stale = await verifyLog(store, opened.sql, { now: late });
+      expect(stale.ok).to.equal(false);
+      expect(stale.problem?.kind).to.equal('unsealed');
+      expect((await verifyLog(store, opened.sql, { now: late, maxUnsealedAgeMs: Infinity })).ok).to.equal(
+        true,
+      );
+    });
+
+    it('names the first event when every seal and leaf was deleted (not taken for "not sealed yet")', async () => {
+      await opened.sql.exec('DELETE FROM es_seal_leaves; DELETE FROM es_seals');
+      const result = await verifyLog(store, opened.sql);
+      expect(result.ok).to.equal(false);
+      expect(result.problem).to.deep.include({
+        kind: 'unsealed',
+        position: positionToString(sealed[0]!.position),
+      });
     });
 
     it('names the position of an event whose data was changed in the database', async () => {
