@@ -18,7 +18,7 @@ import { identifierKey, reservationStream } from '../../src/domain/reservation/r
 import { sessionStream } from '../../src/domain/session/session.js';
 import { tenantStream } from '../../src/domain/tenant/tenant.js';
 import type { AppendRequest, EventMetadata, EventStore, NewEvent } from '../../src/eventstore/port.js';
-import { type AuditRecord, toAuditEvent } from '../../src/fhir/audit-event.js';
+import type { AuditRecord } from '../../src/fhir/audit-event.js';
 
 const TENANT = 1;
 const CLIENT_ID = 'bench-ehr';
@@ -66,7 +66,7 @@ class LogBuilder {
     requestId: string,
     sessionId?: number,
   ) {
-    const auditEvent = toAuditEvent({
+    const record: AuditRecord = {
       id: uuidv4(),
       tenantId: TENANT,
       interaction,
@@ -80,11 +80,11 @@ class LogBuilder {
       entities: [{ reference, patientId }],
       clientAddress: '10.1.2.3',
       requestId,
-    });
+    };
     this.pendingAudit.push(
       this.event(
         'AuditEventRecorded',
-        { auditEvent },
+        { record },
         this.metadata({ type: 'system', id: 'audit' }, at, requestId),
       ),
     );

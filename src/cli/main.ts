@@ -2,6 +2,7 @@
  * `casebook` — the command line (docs/architecture.md "Layers" cli/): serve, project, replay, tenants, clients,
  * seed, events. Commands that print data print JSON.
  */
+
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
@@ -22,10 +23,12 @@ import {
 } from '../commands/seed.js';
 import { createTenant, registerClient } from '../commands/tenants.js';
 import { loadConfig } from '../config.js';
+import { AUDIT_EVENT_RECORDED, type AuditEventRecordedData } from '../domain/audit/audit.js';
 import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { Sealer } from '../eventstore/sealer.js';
 import { logHead, parseHead, type VerifyResult, verifyAgainst, verifyLog } from '../eventstore/verify.js';
+import { auditEventOf } from '../fhir/audit-event.js';
 import { createHttpApp } from '../http/app.js';
 import type { BacklogDecision } from '../integration/export/exporter.js';
 import { signLaunch } from '../integration/launch-signature.js';
@@ -67,6 +70,14 @@ const eventJson = (e: RecordedEvent) => ({
   data: e.data,
   metadata: e.metadata,
 });
+
+/** An event of `audit export`: an AuditEventRecorded shows its AuditEvent resource next to the record. */
+const auditExportJson = (e: RecordedEvent) => {
+  const json = eventJson(e);
+  return e.type === AUDIT_EVENT_RECORDED
+    ? { ...json, auditEvent: auditEventOf(e.data as AuditEventRecordedData) }
+    : json;
+};
 
 export const program = new Command('casebook')
   .description('casebook: event-sourced backend for clinical structured reporting')
@@ -587,7 +598,7 @@ program
           ...(o.until ? { until: o.until } : {}),
           onProgress: (read) => bar?.update(read),
         })) {
-          process.stdout.write(`${JSON.stringify(eventJson(event))}\n`);
+          process.stdout.write(`${JSON.stringify(auditExportJson(event))}\n`);
           written++;
         }
         bar?.stop();

@@ -7,7 +7,7 @@
  */
 import { v4 as uuidv4 } from 'uuid';
 import { auditDecider, auditStream } from '../domain/audit/audit.js';
-import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
+import type { AuditRecord } from '../fhir/audit-event.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
 
@@ -99,7 +99,7 @@ export class AuditTrail {
         await uow.decide(
           auditStream(uuidv4()),
           auditDecider,
-          { type: 'RecordAuditEvents', auditEvents: group.map(toAuditEvent) },
+          { type: 'RecordAuditEvents', records: group },
           { fresh: true, cause: { tenantId } },
         );
     });

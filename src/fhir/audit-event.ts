@@ -4,40 +4,14 @@
  * patient), when, from where (client address, request id), and the outcome. References and codes
  * only: no names, identifiers' values or query strings, which may be patient data.
  */
-import type { AuditEventResource } from '../domain/audit/audit.js';
+import type {
+  AuditAgent,
+  AuditEventRecordedData,
+  AuditEventResource,
+  AuditRecord,
+} from '../domain/audit/audit.js';
 
-/** AuditEvent.action (R5 audit-event-action): create, read, update, delete, execute. */
-export type AuditAction = 'C' | 'R' | 'U' | 'D' | 'E';
-
-/** Who acted: an API client, or a session (with its user's Practitioner). */
-export type AuditAgent =
-  | { readonly kind: 'client'; readonly clientId: string }
-  | { readonly kind: 'session'; readonly sessionId: number; readonly practitionerId: number | null }
-  | { readonly kind: 'system'; readonly name: string }
-  | { readonly kind: 'anonymous' };
-
-/** A resource (or another object) the action was about, and the patient it belongs to. */
-export interface AuditEntity {
-  /** `Patient/12`, or `Session/3` for casebook objects that are not FHIR resources. */
-  readonly reference: string;
-  readonly patientId?: number | null;
-}
-
-/** Everything one AuditEvent says. */
-export interface AuditRecord {
-  readonly id: string;
-  readonly tenantId: number | null;
-  /** What was done: a FHIR interaction (`read`, `search-type`, `create`…) or a casebook one (`launch`). */
-  readonly interaction: string;
-  readonly action: AuditAction;
-  readonly recorded: string;
-  /** HTTP status of the answer (or 200 for work without one, e.g. an export). */
-  readonly status: number;
-  readonly agent: AuditAgent;
-  readonly entities: readonly AuditEntity[];
-  readonly clientAddress?: string;
-  readonly requestId?: string;
-}
+export type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../domain/audit/audit.js';
 
 /** FHIR restful interactions; the others are casebook's own codes. */
 const RESTFUL = new Set([
@@ -236,3 +210,10 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
       : {}),
   };
 };
+
+/**
+ * The AuditEvent an `AuditEventRecorded` event shows: rendered from its record, or the resource a
+ * log written before records carries.
+ */
+export const auditEventOf = (data: AuditEventRecordedData): AuditEventResource =>
+  'record' in data ? toAuditEvent(data.record) : data.auditEvent;

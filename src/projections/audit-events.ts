@@ -3,8 +3,12 @@
  * AuditEvent with what it is searched by — tenant, time, action, outcome, agents, entities and
  * patients (arrays with GIN indexes). Set-based, idempotent (one row per AuditEvent id).
  */
-import { AUDIT_EVENT_RECORDED, type AuditEventResource } from '../domain/audit/audit.js';
-import { CLIENT_SYSTEM } from '../fhir/audit-event.js';
+import {
+  AUDIT_EVENT_RECORDED,
+  type AuditEventRecordedData,
+  type AuditEventResource,
+} from '../domain/audit/audit.js';
+import { auditEventOf, CLIENT_SYSTEM } from '../fhir/audit-event.js';
 import type { Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
@@ -62,6 +66,7 @@ export const auditEventsProjection: Projection = {
       agents text[] NOT NULL,
       entities text[] NOT NULL,
       patients integer[] NOT NULL,
+      -- The AuditRecord (rendered as an AuditEvent when read), or the AuditEvent of an older log.
       content json NOT NULL
     );
     CREATE INDEX IF NOT EXISTS rm_audit_events_tenant_seq ON rm_audit_events (tenant_id, seq DESC);
@@ -75,14 +80,16 @@ export const auditEventsProjection: Projection = {
   deferred: true,
   apply: async (events, tx) => {
     const rows = events.map((e) => {
-      const auditEvent = (e.data as { auditEvent: AuditEventResource }).auditEvent;
+      const data = e.data as AuditEventRecordedData;
+      const auditEvent = auditEventOf(data);
       return {
         id: auditEvent.id,
         tenant_id: e.metadata.tenantId,
         recorded: auditEvent.recorded,
         action: auditEvent.action ?? '',
         ...auditIndex(auditEvent),
-        content: auditEvent,
+        // The record (rendered when read), or the resource of an older log.
+        content: 'record' in data ? data.record : data.auditEvent,
       };
     });
     if (rows.length === 0) return;

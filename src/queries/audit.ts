@@ -4,9 +4,11 @@
  * newest first (in the order they were recorded), paged with a keyset cursor; `GET /AuditEvent/{id}`. Only API clients whose scopes
  * cover AuditEvent may read them (e.g. `system/AuditEvent.rs`); no session can, whatever its scopes.
  */
+
 import type { Sql } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
 import { mayAtAll, type Principal } from '../fhir/access.js';
+import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
 import type { Permission } from '../fhir/scopes.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
 
@@ -214,7 +216,7 @@ export const searchAuditEvents = async (
   const shown = rows.slice(0, size);
   const last = shown.at(-1);
   return {
-    auditEvents: shown.map((r) => r.content),
+    auditEvents: shown.map((r) => shownAuditEvent(r.content)),
     total: Number(counted?.n ?? 0),
     count: size,
     next: rows.length > size && last ? { seq: last.seq } : undefined,
@@ -244,5 +246,9 @@ export const readAuditEvent = async (
     throw new DomainError('not_found', 'ResourceNotFound', `AuditEvent/${id} is not known`, undefined, {
       issueCode: 'not-found',
     });
-  return rows[0].content;
+  return shownAuditEvent(rows[0].content);
 };
+
+/** The AuditEvent of a row's content: rendered from its record, or as stored by an older log. */
+const shownAuditEvent = (content: Record<string, unknown>): Record<string, unknown> =>
+  content.resourceType === 'AuditEvent' ? content : toAuditEvent(content as unknown as AuditRecord);

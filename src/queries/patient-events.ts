@@ -6,11 +6,12 @@
  * every AuditEvent about the patient. One pass over `$all`, memory bounded by the number of
  * related streams, not by the log.
  */
-import type { AuditEventResource } from '../domain/audit/audit.js';
+import type { AuditEventRecordedData } from '../domain/audit/audit.js';
 import { AUDIT_EVENT_RECORDED } from '../domain/audit/audit.js';
 import { exportStream } from '../domain/export/export.js';
 import { type Content, resourceEventKind, resourceStream } from '../domain/fhir/resource.js';
 import type { EventStore, Position, RecordedEvent } from '../eventstore/port.js';
+import { auditEventOf } from '../fhir/audit-event.js';
 import { compartmentOf } from '../fhir/references.js';
 import { auditIndex } from '../projections/audit-events.js';
 
@@ -77,9 +78,7 @@ const touches = (event: RecordedEvent, patientId: number, related: Set<string>):
     case 'LaunchAccepted':
       return (event.data as { patientId?: number }).patientId === patientId;
     case AUDIT_EVENT_RECORDED:
-      return auditIndex((event.data as { auditEvent: AuditEventResource }).auditEvent).patients.includes(
-        patientId,
-      );
+      return auditIndex(auditEventOf(event.data as AuditEventRecordedData)).patients.includes(patientId);
     default:
       return false;
   }

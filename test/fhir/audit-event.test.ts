@@ -1,0 +1,55 @@
+/**
+ * AuditEvents from records (issue 14; docs/architecture.md "Audit trail"): the log keeps the
+ * compact record, the AuditEvent resource is rendered from it — valid FHIR R5 for every kind of
+ * agent, with references and codes only — and events of an older log that carry the whole
+ * resource read the same way.
+ */
+import { expect } from 'chai';
+import { type AuditRecord, auditEventOf, toAuditEvent } from '../../src/fhir/audit-event.js';
+import { assertFhirJson } from '../support/fhir.js';
+import { assertR5Resource } from '../support/fhir-schema.js';
+
+const record = (agent: AuditRecord['agent'], status = 200): AuditRecord => ({
+  id: '6f1c9a52-3d7e-4b8a-9c0d-1e2f3a4b5c6d',
+  tenantId: 1,
+  interaction: 'read',
+  action: 'R',
+  recorded: '2026-03-01T10:00:00.000Z',
+  status,
+  agent,
+  entities: [
+    { reference: 'Patient/7', patientId: 7 },
+    { reference: 'Task/9', patientId: 7 },
+  ],
+  clientAddress: '10.1.2.3',
+  requestId: 'req-1',
+});
+
+describe('AuditEvent from a record', () => {
+  const agents: AuditRecord['agent'][] = [
+    { kind: 'client', clientId: 'ehr-backend' },
+    { kind: 'session', sessionId: 3, practitionerId: 5 },
+    { kind: 'session', sessionId: 4, practitionerId: null },
+    { kind: 'system', name: 'export' },
+    { kind: 'anonymous' },
+  ];
+  for (const agent of agents)
+    for (const status of [200, 403])
+      it(`is a valid R5 AuditEvent for a ${agent.kind} agent answered ${status}`, () => {
+        const auditEvent = toAuditEvent(record(agent, status));
+        assertFhirJson(auditEvent, 'toAuditEvent');
+        assertR5Resource(auditEvent, 'toAuditEvent');
+        expect(auditEvent).to.deep.include({ resourceType: 'AuditEvent', action: 'R' });
+        expect(auditEvent.patient).to.deep.equal({ reference: 'Patient/7' });
+        expect((auditEvent.outcome as { code: { code: string } }).code.code).to.equal(
+          status === 200 ? '0' : '4',
+        );
+      });
+
+  it('reads an event that carries the record and one of an older log that carries the resource alike', () => {
+    const r = record({ kind: 'client', clientId: 'ehr-backend' });
+    const rendered = toAuditEvent(r);
+    expect(auditEventOf({ record: r })).to.deep.equal(rendered);
+    expect(auditEventOf({ auditEvent: rendered })).to.equal(rendered);
+  });
+});
