@@ -15,6 +15,7 @@ import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { isFhirString } from '../../src/fhir/strings.js';
+import { canonicalString, newNonce, signCanonical } from '../../src/integration/launch-signature.js';
 import { EXT_ENABLE_WHEN_EXPRESSION, EXT_REGEX } from '../../src/sdc/validate.js';
 import { newPatient, newTask, sessionBody, unique } from '../app/support.js';
 import { basic, GENERAL, MANAGED, seed, startTestApp, type TestApp } from '../support/app.js';
@@ -270,6 +271,25 @@ interface Figures {
   slowestMs: number;
   slowestNote: string;
 }
+
+/** `pairs` with `ts`, a fresh `nonce` and the `sig` the launcher's key gives them (issue 12). */
+const signedPairs = (pairs: [string, string][], w: World): [string, string][] => {
+  const all: [string, string][] = [
+    ...pairs,
+    ['ts', String(Math.floor(w.app.casebook.clock().getTime() / 1000))],
+    ['nonce', newNonce()],
+  ];
+  // No prototype: a hostile parameter may be called `constructor` or `__proto__`.
+  const query: Record<string, string[]> = Object.create(null);
+  for (const [name, value] of all) (query[name] ??= []).push(value);
+  try {
+    return [...all, ['sig', signCanonical(canonicalString(query), TEST_LAUNCH_SECRET)]];
+  } catch (error) {
+    // A lone surrogate has no percent-encoding (URIError): no EHR could sign it; sent unsigned.
+    if (error instanceof URIError) return pairs;
+    throw error;
+  }
+};
 
 interface World {
   readonly app: TestApp;
@@ -683,16 +703,24 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
     }),
   },
   {
+    // Two in three links are signed with the launcher's key (a fresh nonce, ts from the server's
+    // clock), so the hostile parameters reach the parameter checks, the identity rules and the
+    // launch command, not only the signature check.
     name: 'launcher (GET /launch)',
     shape: (w) => ({
       method: fc.constant('GET'),
-      path: queryPairs(
-        ['patient', 'encounter', 'user', 'supervisor', 'dob', 'sex', 'patient'],
-        fc.oneof(
-          fc.constantFrom('P-1', 'E-1', 'dr-who', '1970-01-02', 'F', 'male', '2026-02-30', 'X'),
-          oddString,
-        ),
-      ).map((p) => `${w.launchPath}${queryString(p)}`),
+      path: fc
+        .tuple(
+          queryPairs(
+            ['patient', 'encounter', 'user', 'supervisor', 'dob', 'sex', 'patient'],
+            fc.oneof(
+              fc.constantFrom('P-1', 'E-1', 'dr-who', '1970-01-02', 'F', 'male', '2026-02-30', 'X'),
+              oddString,
+            ),
+          ),
+          fc.oneof({ weight: 2, arbitrary: fc.constant(true) }, { weight: 1, arbitrary: fc.constant(false) }),
+        )
+        .map(([pairs, signed]) => `${w.launchPath}${queryString(signed ? signedPairs(pairs, w) : pairs)}`),
       headers: fc.constant({}),
     }),
   },
