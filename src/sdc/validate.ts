@@ -604,13 +604,9 @@ export const validateResponse = async (
   ): boolean => {
     const context = node ?? scope.owner;
     try {
-      const env = {
-        resource: qr,
-        rootResource: qr,
-        questionnaire,
-        qitem: q,
-        ...(context ? { context: context.r } : {}),
-      };
+      // %context is left to fhirpath.js: it binds the evaluated node typed as a response item, so
+      // `answer.value` resolves value[x]; a plain variable would hide that type.
+      const env = { resource: qr, rootResource: qr, questionnaire, qitem: q };
       const result = context
         ? evaluateFhirPath(context.r, expression, env, { base: 'QuestionnaireResponse.item' })
         : evaluateFhirPath(qr, expression, env);

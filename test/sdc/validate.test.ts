@@ -687,6 +687,33 @@ describe('validateResponse (QuestionnaireResponse/$validate)', () => {
       );
     });
 
+    it('types %context as a response item, so its answers resolve value[x] (answer.value)', async () => {
+      const smoking = questionnaire({
+        linkId: 'habits',
+        type: 'group',
+        item: [
+          { linkId: 'smoker', type: 'boolean' },
+          {
+            linkId: 'packs',
+            type: 'integer',
+            required: true,
+            extension: [
+              ext(EXT_ENABLE_WHEN_EXPRESSION, {
+                valueExpression: {
+                  language: 'text/fhirpath',
+                  expression: "%context.item.where(linkId='smoker').answer.value = true",
+                },
+              }),
+            ],
+          },
+        ],
+      });
+      const habits = (smoker: boolean) =>
+        response([group('habits', answered('smoker', { valueBoolean: smoker }))]);
+      expectIssues(await validate(habits(true), smoking), ['error required QuestionnaireResponse.item[0]']);
+      expectValid(await validate(habits(false), smoking));
+    });
+
     it('reports an expression that fails as a warning and treats the item as enabled', async () => {
       const outcome = await validate(
         response([answered('age', { valueInteger: 30 }), group('g')]),
