@@ -281,7 +281,10 @@ const signedPairs = (pairs: [string, string][], w: World): [string, string][] =>
   ];
   // No prototype: a hostile parameter may be called `constructor` or `__proto__`.
   const query: Record<string, string[]> = Object.create(null);
-  for (const [name, value] of all) (query[name] ??= []).push(value);
+  for (const [name, value] of all) {
+    query[name] ??= [];
+    query[name].push(value);
+  }
   try {
     return [...all, ['sig', signCanonical(canonicalString(query), TEST_LAUNCH_SECRET)]];
   } catch (error) {
