@@ -100,6 +100,9 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
       const appended: string[] = [];
       const pools = await Promise.all(Array.from({ length: APPENDERS }, () => db.reopen()));
       await Promise.all(pools.map((sql, appender) => runAppender(sql, appender, appended)));
+      // Their connections are not needed any more: give them back before the next tests open theirs
+      // (PostgreSQL allows 100 clients; twenty idle pools kept them until the suite's end).
+      await Promise.all(pools.map((sql) => sql.close()));
       expect(appended.length).to.equal(TOTAL);
 
       const deadline = Date.now() + 10_000;
