@@ -13,7 +13,13 @@ import { DomainError } from '../domain/decider.js';
 import type { Content } from '../domain/fhir/resource.js';
 import type { Principal } from '../fhir/access.js';
 import { toFhirResource } from '../fhir/references.js';
-import { definitionOf, idOf, ifMatchOf, ResourceValidationError } from '../fhir/resources.js';
+import {
+  conditionalUpdateStatus,
+  definitionOf,
+  idOf,
+  ifMatchOf,
+  ResourceValidationError,
+} from '../fhir/resources.js';
 import { conditionalCreate, conditionalUpdate, create, ifNoneExistToken, remove, update } from './fhir.js';
 import type { UnitOfWork } from './handler.js';
 import type { WriteResult } from './resources.js';
@@ -195,9 +201,10 @@ export const transaction = async (
           const params = new URLSearchParams(query ?? '');
           const identifier = params.get('identifier') ?? undefined;
           const result = await conditionalUpdate(uow, principal, def, identifier, resource);
-          // docs/interface.md §4.3 rule 2: a Patient answers 200 whether it updated or created (a
-          // deliberate deviation); every other type follows FHIR: 201 when the update created it.
-          return done(result.created && def.type !== 'Patient' ? '201 Created' : '200 OK', result);
+          return done(
+            conditionalUpdateStatus(def.type, result.created) === 201 ? '201 Created' : '200 OK',
+            result,
+          );
         }
         const id = idOf(def.type, rawId);
         return done('200 OK', await update(uow, principal, def, id, resource, ifMatch));

@@ -42,8 +42,6 @@ import {
   WrongExpectedVersion,
 } from './port.js';
 
-export { type AppendHook, AppendHookFailure } from './port.js';
-
 /** NOTIFY channel on which appends announce themselves (payload empty). */
 export const EVENTS_CHANNEL = 'casebook_events';
 

@@ -4,13 +4,32 @@
  */
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
 
-/** The id of a literal relative reference `Type/<id>` (e.g. `Patient/12`), or undefined. */
-export const referenceId = (reference: unknown, type: string): number | undefined => {
+/** Where a reference may point beyond `Type/<id>`: after a base URL, and at one version. */
+export interface ReferenceForms {
+  /** `https://…/fhir/r5/Type/<id>` as well (a full URL, a Location header). */
+  readonly absolute?: boolean;
+  /** `Type/<id>/_history/<vid>` as well (a Location header, a versioned reference). */
+  readonly version?: boolean;
+}
+
+/**
+ * The id of `type` that the literal reference text `ref` names (`Patient/12` → 12), or undefined.
+ * Ids are 32-bit (docs/interface.md §2.1). Parsed without a regular expression built from `type`.
+ */
+export const idInReference = (ref: string, type: string, forms: ReferenceForms = {}): number | undefined => {
+  const parts = ref.split('/');
+  if (forms.version && parts.length >= 4 && parts.at(-2) === '_history' && /^\d{1,10}$/.test(parts.at(-1)!))
+    parts.splice(-2);
+  const [id, named] = [parts.at(-1)!, parts.at(-2)];
+  if (named !== type || (parts.length > 2 && !forms.absolute)) return undefined;
+  if (!/^\d{1,10}$/.test(id) || Number(id) > 2_147_483_647) return undefined;
+  return Number(id);
+};
+
+/** The id of a literal relative reference `Type/<id>` (e.g. `Patient/12`) in a Reference, or undefined. */
+export const referenceId = (reference: unknown, type: string, forms?: ReferenceForms): number | undefined => {
   const ref = (reference as { reference?: unknown } | undefined)?.reference;
-  if (typeof ref !== 'string') return undefined;
-  const match = /^([A-Za-z]+)\/(\d{1,10})$/.exec(ref);
-  if (!match || match[1] !== type) return undefined;
-  return Number(match[2]);
+  return typeof ref === 'string' ? idInReference(ref, type, forms) : undefined;
 };
 
 /** Patient and Encounter a resource belongs to (its compartment), from its content. */

@@ -74,6 +74,14 @@ export const parseResource = (def: ResourceDefinition, body: unknown, mode: 'cre
   }
 };
 
+/**
+ * The HTTP status of a conditional update (as an interaction or a transaction entry): 201 when it
+ * created the resource, 200 when it updated one — except a Patient, which answers 200 either way
+ * (docs/interface.md §4.3 rules 2 and 12: a deliberate deviation from FHIR the interface demands).
+ */
+export const conditionalUpdateStatus = (type: string, created: boolean): 200 | 201 =>
+  created && type !== 'Patient' ? 201 : 200;
+
 /** `If-Match: W/"3"` (or `"3"`) → 3; undefined without one. @throws {DomainError} 400 when malformed. */
 export const ifMatchOf = (header: string | undefined): number | undefined => {
   if (!header) return undefined;

@@ -12,6 +12,9 @@ const FORBIDDEN =
   // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
   /[\u0000-\u0008\u000B\u000C\u000E-\u001F]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
+/** {@link FORBIDDEN}, every occurrence (a constant pattern: `replace` resets its lastIndex). */
+const FORBIDDEN_ALL = new RegExp(FORBIDDEN.source, 'g');
+
 /** Where a string breaks the rule, and why. */
 export interface StringViolation {
   /** Offset (UTF-16 code units) of the first offending character. */
@@ -34,10 +37,7 @@ export const isFhirString = (value: string): boolean => !FORBIDDEN.test(value);
 
 /** Replaces what the rule forbids by `\uXXXX`, so a path or message can quote a bad name safely. */
 export const escapeForbidden = (value: string): string =>
-  value.replace(
-    new RegExp(FORBIDDEN.source, 'g'),
-    (c) => `\\u${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`,
-  );
+  value.replace(FORBIDDEN_ALL, (c) => `\\u${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
 
 /** A string inside a JSON value that breaks the rule. */
 export interface JsonStringViolation extends StringViolation {

@@ -7,7 +7,9 @@
  * `commands/launch.ts` runs the Bundle and opens the session in one append, with the launcher's
  * client identity; the launch page sends the browser through the handover to the app.
  */
+
 import { randomUUID } from 'node:crypto';
+import { idInReference } from '../fhir/references.js';
 
 /** A failure of the launch, shown to the clinician as an error page with `status`. */
 export class LaunchError extends Error {
@@ -238,13 +240,13 @@ export interface LaunchIds {
 }
 
 const idFromLocation = (location: unknown, type: string): number => {
-  const m =
+  const id =
     typeof location === 'string'
-      ? new RegExp(`^(?:.*/)?${type}/(\\d+)(?:/_history/\\d+)?$`).exec(location)
-      : null;
-  if (!m)
+      ? idInReference(location, type, { absolute: true, version: true })
+      : undefined;
+  if (id === undefined)
     throw new LaunchError(502, `the data server answered the launch without the location of its ${type}`);
-  return Number(m[1]);
+  return id;
 };
 
 /**

@@ -194,16 +194,21 @@ const httpSinkUnderTest = async (): Promise<SinkUnderTest> => {
     recover: () => {
       receiver.state.status = 200;
     },
-    received,
-    accepted: () => received().filter((d) => d.accepted),
-    failedAttempt: async (key) => {
-      const first = received().find((d) => d.key === key && !d.accepted);
-      if (!first) throw new Error(`no failed HTTP attempt under ${key}`);
-      return first;
-    },
+    ...receivedBy('HTTP', received),
     close: receiver.close,
   };
 };
+
+/** `received`, what of it was accepted, and the first failed attempt under a key. */
+const receivedBy = (kind: string, received: () => Received[]) => ({
+  received,
+  accepted: () => received().filter((d) => d.accepted),
+  failedAttempt: async (key: string) => {
+    const first = received().find((d) => d.key === key && !d.accepted);
+    if (!first) throw new Error(`no failed ${kind} attempt under ${key}`);
+    return first;
+  },
+});
 
 const mllpSinkUnderTest = async (): Promise<SinkUnderTest> => {
   const listener = await mllpListener();
@@ -230,13 +235,7 @@ const mllpSinkUnderTest = async (): Promise<SinkUnderTest> => {
       listener.state.code = 'AA';
       listener.state.text = '';
     },
-    received,
-    accepted: () => received().filter((d) => d.accepted),
-    failedAttempt: async (key) => {
-      const first = received().find((d) => d.key === key && !d.accepted);
-      if (!first) throw new Error(`no failed MLLP attempt under ${key}`);
-      return first;
-    },
+    ...receivedBy('MLLP', received),
     close: listener.close,
   };
 };

@@ -3,12 +3,14 @@
  * cookie, its principal (scopes as on the data server), a command context acting as the session,
  * the chrome (deployment_mode, overridden by `viewMode`) and the Task being worked on.
  */
+
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import type { CommandContext } from '../../commands/context.js';
 import { DomainError } from '../../domain/decider.js';
 import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
+import { referenceId as fhirReferenceId } from '../../fhir/references.js';
 import { type ResourceRow, readResource } from '../../projections/resources.js';
 import type { SessionRow } from '../../projections/sessions.js';
 import { noteAudit } from '../audit.js';
@@ -89,13 +91,9 @@ export const carriedInputs = (carry: URLSearchParams): string =>
     .map(([k, v]) => `<input type="hidden" name="${escapeHtml(k)}" value="${escapeHtml(v)}">`)
     .join('');
 
-/** A reference's id of `type` (`Patient/12` → 12), or undefined. */
-export const referenceId = (reference: unknown, type: string): number | undefined => {
-  const ref = (reference as { reference?: unknown } | undefined)?.reference;
-  if (typeof ref !== 'string') return undefined;
-  const m = new RegExp(`^(?:.*/)?${type}/(\\d{1,10})$`).exec(ref);
-  return m ? Number(m[1]) : undefined;
-};
+/** A reference's id of `type`, relative or absolute (`…/Patient/12` → 12), or undefined. */
+export const referenceId = (reference: unknown, type: string): number | undefined =>
+  fhirReferenceId(reference, type, { absolute: true });
 
 /** The Task `id` of the tenant the session may read. @throws {DomainError} 404 / 403. */
 export const loadTask = async (page: PageContext, rawId: string | undefined): Promise<ResourceRow> => {

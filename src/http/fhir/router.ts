@@ -15,7 +15,7 @@ import { isResourceType, type ResourceType } from '../../domain/fhir/resource.js
 import type { Principal } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
 import { compartmentOf, toFhirResource } from '../../fhir/references.js';
-import { definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
+import { conditionalUpdateStatus, definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
 import { encodeCursor, readAuditEvent, searchAuditEvents } from '../../queries/audit.js';
 import * as queries from '../../queries/fhir.js';
 import { noteAudit } from '../audit.js';
@@ -386,10 +386,8 @@ export const fhirRouter = (casebook: Casebook): Router => {
       fhir.conditionalUpdate(uow, principal, def, identifier, body),
     );
     noteAudit(ctx, { interaction: 'update', entities: [writtenEntity(def.type, result)] });
-    // docs/interface.md §4.3 rule 2: a Patient answers 200 whether it updated or created (a
-    // deliberate deviation the interface demands); every other type follows FHIR: 201 on create.
     ctx.set('Location', `${base}/${def.type}/${result.id}/_history/${result.versionId}`);
-    const status = result.created && def.type !== 'Patient' ? 201 : 200;
+    const status = conditionalUpdateStatus(def.type, result.created);
     sendResource(ctx, status, written(def.type, result), result.versionId, result.lastUpdated);
   });
 

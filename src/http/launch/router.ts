@@ -8,6 +8,7 @@
  *   (only to the submitting user's session or a same-tenant session whose scopes cover the response).
  * Errors are HTML pages (the app's error middleware treats this prefix like the app host).
  */
+
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
@@ -16,6 +17,7 @@ import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
 import { isAllowed, targetOf } from '../../fhir/access.js';
+import { idInReference } from '../../fhir/references.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
 import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
@@ -107,10 +109,10 @@ const launcherClient = async (casebook: Casebook): Promise<ClientPrincipal> => {
 const reference = (ctx: Context, name: string, type: string): number => {
   const raw = ctx.query[name];
   const value = typeof raw === 'string' ? raw.trim() : undefined;
-  const m = value ? new RegExp(`^${type}/(\\d{1,10})$`).exec(value) : null;
-  if (!m || Number(m[1]) > 2_147_483_647)
+  const id = value ? idInReference(value, type) : undefined;
+  if (id === undefined)
     throw new HttpError(400, 'InvalidReference', `${name} must be a reference such as ${type}/123`);
-  return Number(m[1]);
+  return id;
 };
 
 const submittedPage = (responseId: number, taskId: number, status: ExportStatus | undefined): string => {

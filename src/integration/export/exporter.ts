@@ -10,6 +10,7 @@
  * crash after the sink accepted but before ReportExported is stored sends the same key and bytes
  * again. One active exporter per database, elected with a Postgres advisory lock.
  */
+
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { v4 as uuidv4, v5 as uuidv5 } from 'uuid';
@@ -30,6 +31,7 @@ import type { BacklogChoice } from '../../domain/export/export-sink.js';
 import type { Content } from '../../domain/fhir/resource.js';
 import { resourceStream } from '../../domain/fhir/resource.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
+import { referenceId } from '../../fhir/references.js';
 import type { Metrics } from '../../metrics.js';
 import { readResource, searchResources } from '../../projections/resources.js';
 import type { ProjectionRunner } from '../../projections/runner.js';
@@ -147,14 +149,9 @@ export const jitteredBackoff = (
 /** Hex SHA-256 of the UTF-8 bytes of `text`. */
 export const sha256Hex = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
 
-/** `Type/<id>` (relative or absolute reference) → id. */
-const referencedId = (reference: unknown, type: string): number | undefined => {
-  if (!reference || typeof reference !== 'object') return undefined;
-  const ref = (reference as { reference?: unknown }).reference;
-  if (typeof ref !== 'string') return undefined;
-  const match = new RegExp(`(?:^|/)${type}/(\\d+)(?:/_history/\\d+)?$`).exec(ref);
-  return match ? Number(match[1]) : undefined;
-};
+/** `Type/<id>` (relative or absolute, possibly versioned reference) → id. */
+const referencedId = (reference: unknown, type: string): number | undefined =>
+  referenceId(reference, type, { absolute: true, version: true });
 
 /** The identifier with `system`, else the first one with a value. */
 const pickIdentifier = (resource: Content | undefined, system: string | undefined) => {
