@@ -23,12 +23,16 @@ import {
 } from '../commands/seed.js';
 import { createTenant, registerClient } from '../commands/tenants.js';
 import { loadConfig } from '../config.js';
-import { AUDIT_EVENT_RECORDED, type AuditEventRecordedData } from '../domain/audit/audit.js';
+import {
+  AUDIT_EVENT_RECORDED,
+  AUDIT_EVENTS_RECORDED,
+  type AuditEventRecordedData,
+} from '../domain/audit/audit.js';
 import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { Sealer } from '../eventstore/sealer.js';
 import { logHead, parseHead, type VerifyResult, verifyAgainst, verifyLog } from '../eventstore/verify.js';
-import { auditEventOf } from '../fhir/audit-event.js';
+import { auditEventOf, auditEventsIn } from '../fhir/audit-event.js';
 import { createHttpApp } from '../http/app.js';
 import type { BacklogDecision } from '../integration/export/exporter.js';
 import { signLaunch } from '../integration/launch-signature.js';
@@ -71,9 +75,15 @@ const eventJson = (e: RecordedEvent) => ({
   metadata: e.metadata,
 });
 
-/** An event of `audit export`: an AuditEventRecorded shows its AuditEvent resource next to the record. */
+/**
+ * An event of `audit export`: an audit batch (only its records about the patient, see
+ * queries/patient-events.ts) shows their AuditEvent resources next to the records, a single
+ * AuditEventRecorded of an older log its one resource.
+ */
 const auditExportJson = (e: RecordedEvent) => {
   const json = eventJson(e);
+  if (e.type === AUDIT_EVENTS_RECORDED)
+    return { ...json, auditEvents: auditEventsIn(e).map((a) => a.resource) };
   return e.type === AUDIT_EVENT_RECORDED
     ? { ...json, auditEvent: auditEventOf(e.data as AuditEventRecordedData) }
     : json;

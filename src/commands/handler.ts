@@ -10,6 +10,7 @@ import { v5 as uuidv5 } from 'uuid';
 import { type Decider, DomainError, type Event } from '../domain/decider.js';
 import {
   type Actor,
+  type AppendOptions,
   type AppendRequest,
   type ExpectedState,
   type NewEvent,
@@ -263,6 +264,8 @@ export interface ExecuteOptions {
   readonly commandId?: string;
   /** Override {@link MAX_ATTEMPTS} (tests). */
   readonly maxAttempts?: number;
+  /** How the append is announced (the port's {@link AppendOptions}). */
+  readonly append?: AppendOptions;
 }
 
 const backoff = (attempt: number): Promise<void> => {
@@ -303,7 +306,7 @@ export const execute = async <R>(
     const requests = work.requests(options.commandId);
     if (!requests.some((r) => r.events.length > 0)) return { result, position: undefined, events: [] };
     try {
-      const appended = await ctx.store.appendMany(requests);
+      const appended = await ctx.store.appendMany(requests, options.append);
       const events = requests.flatMap((r) => r.events);
       await ctx.afterAppend(appended.position, events);
       return { result, position: appended.position, events };

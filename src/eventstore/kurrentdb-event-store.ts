@@ -43,6 +43,7 @@ import {
 import {
   type Actor,
   type AppendManyResult,
+  type AppendOptions,
   type AppendRequest,
   type AppendResult,
   comparePositions,
@@ -196,7 +197,8 @@ export class KurrentDbEventStore implements EventStore {
    * `position` is that of the last event of the last request with events.
    * @throws {WrongExpectedVersion} a stream is not in its expected state; nothing written.
    */
-  async appendMany(requests: readonly AppendRequest[]): Promise<AppendManyResult> {
+  /** KurrentDB pushes to its subscriptions itself: `options.wakeOthers` changes nothing here. */
+  async appendMany(requests: readonly AppendRequest[], _options?: AppendOptions): Promise<AppendManyResult> {
     const revisions = new Map<string, bigint>();
     let position: Position = UNKNOWN_POSITION;
     for (const request of requests) {

@@ -80,6 +80,17 @@ export interface RecordedEvent<Type extends string = string, Data = unknown> ext
 }
 
 /** One stream's part of an append. */
+/** How an append is announced; what it stores is the same either way. */
+export interface AppendOptions {
+  /**
+   * false: other processes' subscriptions may see this append at their next poll (100 ms on
+   * PostgreSQL) instead of being woken at once. For appends nobody waits on from another process
+   * (the audit trail's batches): it spares one NOTIFY round trip per append. Default true.
+   * Subscriptions of the appending process are woken either way.
+   */
+  readonly wakeOthers?: boolean;
+}
+
 export interface AppendRequest {
   readonly streamName: string;
   readonly events: readonly NewEvent[];
@@ -170,7 +181,7 @@ export interface EventStore {
    * Appends to several streams atomically: all streams are written or none (one DB transaction on
    * the SQL adapters; KurrentDB's multi-stream append). Same errors as {@link append}.
    */
-  appendMany(requests: readonly AppendRequest[]): Promise<AppendManyResult>;
+  appendMany(requests: readonly AppendRequest[], options?: AppendOptions): Promise<AppendManyResult>;
   /** Reads a stream forwards; an absent stream reads as []. */
   readStream(streamName: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
   /**

@@ -24,6 +24,7 @@ import {
   type AppendHook,
   AppendHookFailure,
   type AppendManyResult,
+  type AppendOptions,
   type AppendRequest,
   type AppendResult,
   comparePositions,
@@ -79,12 +80,20 @@ CREATE TABLE IF NOT EXISTS projection_state (
   updated_at timestamptz NOT NULL DEFAULT now()
 );
 DROP FUNCTION IF EXISTS es_append(json);
+DROP FUNCTION IF EXISTS es_append(json, text[]);
+-- requests: [{stream, expected, events: [{id, type, metadata}]}], jsonb (parsed once, small).
+-- data: a JSON array of every event's data, in the order of the events of all requests. It stays
+-- json (stored as written, FHIR element order included) and is parsed once here: json operators
+-- re-parse their whole operand, so data inside requests was parsed a dozen times per append.
 -- known: the projections the appending process maintains (NULL: no check). A projection that is
 -- live but not among them is run by a newer casebook version: the append is refused (CBP01).
-CREATE OR REPLACE FUNCTION es_append(requests json, known text[] DEFAULT NULL) RETURNS json LANGUAGE plpgsql AS $fn$
--- casebook es_append v3
+CREATE OR REPLACE FUNCTION es_append(requests jsonb, data json, known text[] DEFAULT NULL) RETURNS json LANGUAGE plpgsql AS $fn$
+-- casebook es_append v4
 DECLARE
-  req json;
+  req jsonb;
+  datas json[] := ARRAY(SELECT d FROM json_array_elements(data) d);
+  data_offset int := 0;
+  this_offset int;
   ids uuid[];
   stream text;
   expected text;
@@ -111,27 +120,29 @@ BEGIN
     END IF;
   END IF;
   INSERT INTO es_streams (stream_name, revision)
-    SELECT DISTINCT r->>'stream', -1 FROM json_array_elements(requests) r ORDER BY 1
+    SELECT DISTINCT r->>'stream', -1 FROM jsonb_array_elements(requests) r ORDER BY 1
     ON CONFLICT DO NOTHING;
   -- A fixed lock order (by name) keeps concurrent multi-stream appends deadlock-free.
   -- Index lookups by array (= ANY), never a join the planner may turn into a scan of the table.
   FOR stream, current_rev IN
     SELECT s.stream_name, s.revision FROM es_streams s
-     WHERE s.stream_name = ANY (ARRAY(SELECT r->>'stream' FROM json_array_elements(requests) r))
+     WHERE s.stream_name = ANY (ARRAY(SELECT r->>'stream' FROM jsonb_array_elements(requests) r))
      ORDER BY s.stream_name FOR UPDATE
   LOOP
     revisions := revisions || jsonb_build_object(stream, current_rev);
   END LOOP;
 
-  FOR req IN SELECT * FROM json_array_elements(requests) LOOP
+  FOR req IN SELECT * FROM jsonb_array_elements(requests) LOOP
     stream := req->>'stream';
     expected := req->>'expected';
     current_rev := (revisions->>stream)::bigint;
-    event_count := json_array_length(req->'events');
+    event_count := jsonb_array_length(req->'events');
+    this_offset := data_offset;
+    data_offset := data_offset + event_count;
 
     IF event_count > 0 THEN
       -- Idempotency by event id: all ids stored consecutively on this stream is a replay.
-      ids := ARRAY(SELECT (x.value->>'id')::uuid FROM json_array_elements(req->'events') x);
+      ids := ARRAY(SELECT (x.value->>'id')::uuid FROM jsonb_array_elements(req->'events') x);
       SELECT count(*), count(DISTINCT e.revision - array_position(ids, e.event_id)),
              coalesce(bool_and(e.stream_name = stream), true),
              max(e.revision), (array_agg(e.event_id::text ORDER BY array_position(ids, e.event_id)))[1]
@@ -169,9 +180,9 @@ BEGIN
 
     WITH inserted AS (
       INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
-      SELECT (x.value->>'id')::uuid, stream, current_rev + x.ordinality, x.value->>'type', x.value->'data',
-             (x.value->'metadata')::jsonb
-        FROM json_array_elements(req->'events') WITH ORDINALITY x
+      SELECT (x.value->>'id')::uuid, stream, current_rev + x.ordinality, x.value->>'type',
+             datas[this_offset + x.ordinality], x.value->'metadata'
+        FROM jsonb_array_elements(req->'events') WITH ORDINALITY x
       RETURNING revision, transaction_id, position)
     SELECT json_agg(json_build_object('stream', stream, 'revision', i.revision::text,
              'commit', i.transaction_id::text, 'position', i.position::text) ORDER BY i.revision)
@@ -358,7 +369,7 @@ export class SqlEventStore implements EventStore {
           AND to_regclass('projection_state') IS NOT NULL
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append v3%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append v4%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -408,8 +419,11 @@ export class SqlEventStore implements EventStore {
    * position among the streams' results. Same errors as {@link append}; also a TypeError when a
    * stream appears twice.
    */
-  async appendMany(requests: readonly AppendRequest[]): Promise<AppendManyResult> {
-    const { streams } = await this.appendRequests(requests);
+  async appendMany(
+    requests: readonly AppendRequest[],
+    options: AppendOptions = {},
+  ): Promise<AppendManyResult> {
+    const { streams } = await this.appendRequests(requests, options.wakeOthers ?? true);
     let position = START;
     for (const outcome of streams) {
       if (comparePositions(outcome.position, position) > 0) position = outcome.position;
@@ -574,15 +588,19 @@ export class SqlEventStore implements EventStore {
     this.notifyTimer.unref?.();
   }
 
-  private async appendRequests(requests: readonly AppendRequest[]): Promise<AppendOutcome> {
+  private async appendRequests(
+    requests: readonly AppendRequest[],
+    wakeOthers = true,
+  ): Promise<AppendOutcome> {
     validateRequests(requests);
     const payload = JSON.stringify(
       requests.map((r) => ({
         stream: r.streamName,
         expected: expectedText(r.expectedState),
-        events: r.events.map((e) => ({ id: e.id, type: e.type, data: e.data ?? null, metadata: e.metadata })),
+        events: r.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata })),
       })),
     );
+    const data = JSON.stringify(requests.flatMap((r) => r.events.map((e) => e.data ?? null)));
     const failures = new Map<string, unknown>();
     const hook = this.hook;
     const known = hook ? [...hook.known] : null;
@@ -595,21 +613,21 @@ export class SqlEventStore implements EventStore {
       try {
         if (alone) {
           const [row] = await this.sql.query<{ reply: AppendReply | string }>(
-            'SELECT es_append($1::json, $2::text[]) AS reply',
-            [payload, known],
+            'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
+            [payload, data, known],
           );
           const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
           const outcome = toOutcome(requests, reply);
           if (outcome.recorded.length > 0) {
             this.wake();
-            this.notifyOthers();
+            if (wakeOthers) this.notifyOthers();
           }
           return outcome;
         }
         const outcome = await this.sql.transaction(async (tx) => {
           const [row] = await tx.query<{ reply: AppendReply | string }>(
-            'SELECT es_append($1::json, $2::text[]) AS reply',
-            [payload, known],
+            'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
+            [payload, data, known],
           );
           const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
           const outcome = toOutcome(requests, reply);
@@ -619,7 +637,7 @@ export class SqlEventStore implements EventStore {
         });
         if (outcome.recorded.length > 0) {
           this.wake();
-          this.notifyOthers();
+          if (wakeOthers) this.notifyOthers();
         }
         return outcome;
       } catch (error) {

@@ -4,11 +4,14 @@
  * patient), when, from where (client address, request id), and the outcome. References and codes
  * only: no names, identifiers' values or query strings, which may be patient data.
  */
-import type {
-  AuditAgent,
-  AuditEventRecordedData,
-  AuditEventResource,
-  AuditRecord,
+import {
+  AUDIT_EVENT_RECORDED,
+  AUDIT_EVENTS_RECORDED,
+  type AuditAgent,
+  type AuditEventRecordedData,
+  type AuditEventResource,
+  type AuditEventsRecordedData,
+  type AuditRecord,
 } from '../domain/audit/audit.js';
 
 export type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../domain/audit/audit.js';
@@ -217,3 +220,29 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
  */
 export const auditEventOf = (data: AuditEventRecordedData): AuditEventResource =>
   'record' in data ? toAuditEvent(data.record) : data.auditEvent;
+
+/** One AuditEvent of the log: the resource, and what the read model keeps of it (record or resource). */
+export interface LoggedAuditEvent {
+  readonly resource: AuditEventResource;
+  readonly content: AuditRecord | AuditEventResource;
+}
+
+/**
+ * The AuditEvents an event of the log holds, in order: every record of an `AuditEventsRecorded`
+ * batch, the one of an `AuditEventRecorded` event, none for any other type.
+ */
+export const auditEventsIn = (event: {
+  readonly type: string;
+  readonly data: unknown;
+}): LoggedAuditEvent[] => {
+  if (event.type === AUDIT_EVENTS_RECORDED)
+    return (event.data as AuditEventsRecordedData).records.map((record) => ({
+      resource: toAuditEvent(record),
+      content: record,
+    }));
+  if (event.type === AUDIT_EVENT_RECORDED) {
+    const data = event.data as AuditEventRecordedData;
+    return [{ resource: auditEventOf(data), content: 'record' in data ? data.record : data.auditEvent }];
+  }
+  return [];
+};

@@ -3,12 +3,8 @@
  * AuditEvent with what it is searched by — tenant, time, action, outcome, agents, entities and
  * patients (arrays with GIN indexes). Set-based, idempotent (one row per AuditEvent id).
  */
-import {
-  AUDIT_EVENT_RECORDED,
-  type AuditEventRecordedData,
-  type AuditEventResource,
-} from '../domain/audit/audit.js';
-import { auditEventOf, CLIENT_SYSTEM } from '../fhir/audit-event.js';
+import { type AuditEventResource, isAuditEventType } from '../domain/audit/audit.js';
+import { auditEventsIn, CLIENT_SYSTEM } from '../fhir/audit-event.js';
 import type { Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
@@ -74,24 +70,22 @@ export const auditEventsProjection: Projection = {
     CREATE INDEX IF NOT EXISTS rm_audit_events_patients ON rm_audit_events USING gin (patients);
     CREATE INDEX IF NOT EXISTS rm_audit_events_entities ON rm_audit_events USING gin (entities);
     CREATE INDEX IF NOT EXISTS rm_audit_events_agents ON rm_audit_events USING gin (agents);`),
-  handles: (type) => type === AUDIT_EVENT_RECORDED,
+  handles: (type) => isAuditEventType(type),
   // The AuditEvent is in the log either way: a stopped search view must not stop the service.
   refuseWritesWhenStopped: false,
   deferred: true,
   apply: async (events, tx) => {
-    const rows = events.map((e) => {
-      const data = e.data as AuditEventRecordedData;
-      const auditEvent = auditEventOf(data);
-      return {
-        id: auditEvent.id,
+    const rows = events.flatMap((e) =>
+      auditEventsIn(e).map(({ resource, content }) => ({
+        id: resource.id,
         tenant_id: e.metadata.tenantId,
-        recorded: auditEvent.recorded,
-        action: auditEvent.action ?? '',
-        ...auditIndex(auditEvent),
+        recorded: resource.recorded,
+        action: resource.action ?? '',
+        ...auditIndex(resource),
         // The record (rendered when read), or the resource of an older log.
-        content: 'record' in data ? data.record : data.auditEvent,
-      };
-    });
+        content,
+      })),
+    );
     if (rows.length === 0) return;
     // JSON arrays go straight into text[]/integer[] columns: about twice as fast as an
     // ARRAY(SELECT json_array_elements_text(…)) subquery per row and array.

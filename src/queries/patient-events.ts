@@ -3,15 +3,21 @@
  * that touched one patient of one tenant, in log order — the Patient's own stream; every Encounter,
  * Task and QuestionnaireResponse whose subject was the patient (from then on, their whole stream);
  * the sessions and launches opened for the patient; the exports of the patient's reports; and
- * every AuditEvent about the patient. One pass over `$all`, memory bounded by the number of
- * related streams, not by the log.
+ * every AuditEvent about the patient. An audit batch (`AuditEventsRecorded`) holds the records of
+ * many requests: it is returned with only its records about the patient, never another's. One pass
+ * over `$all`, memory bounded by the number of related streams, not by the log.
  */
-import type { AuditEventRecordedData } from '../domain/audit/audit.js';
-import { AUDIT_EVENT_RECORDED } from '../domain/audit/audit.js';
+import {
+  AUDIT_EVENT_RECORDED,
+  AUDIT_EVENTS_RECORDED,
+  type AuditEventRecordedData,
+  type AuditEventsRecordedData,
+  type AuditRecord,
+} from '../domain/audit/audit.js';
 import { exportStream } from '../domain/export/export.js';
 import { type Content, resourceEventKind, resourceStream } from '../domain/fhir/resource.js';
 import type { EventStore, Position, RecordedEvent } from '../eventstore/port.js';
-import { auditEventOf } from '../fhir/audit-event.js';
+import { auditEventOf, toAuditEvent } from '../fhir/audit-event.js';
 import { compartmentOf } from '../fhir/references.js';
 import { auditIndex } from '../projections/audit-events.js';
 
@@ -49,14 +55,21 @@ export async function* patientEvents(
     const page = await store.readAll({ ...(from ? { from } : {}), maxCount: PAGE });
     if (page.length === 0) return;
     for (const event of page) {
-      if (event.metadata.tenantId === tenantId && touches(event, patientId, related) && within(event))
-        yield event;
+      if (event.metadata.tenantId !== tenantId || !within(event)) continue;
+      if (event.type === AUDIT_EVENTS_RECORDED) {
+        const records = (event.data as AuditEventsRecordedData).records.filter((r) => about(r, patientId));
+        if (records.length > 0) yield { ...event, data: { records } };
+      } else if (touches(event, patientId, related)) yield event;
     }
     read += page.length;
     from = page.at(-1)!.position;
     options.onProgress?.(read, from);
   }
 }
+
+/** Whether an audit record names the patient (as an entity or an entity's patient). */
+const about = (record: AuditRecord, patientId: number): boolean =>
+  auditIndex(toAuditEvent(record)).patients.includes(patientId);
 
 /** Whether `event` touched the patient; remembers streams that belong to the patient from now on. */
 const touches = (event: RecordedEvent, patientId: number, related: Set<string>): boolean => {

@@ -5,7 +5,7 @@
  * resource read the same way.
  */
 import { expect } from 'chai';
-import { type AuditRecord, auditEventOf, toAuditEvent } from '../../src/fhir/audit-event.js';
+import { type AuditRecord, auditEventOf, auditEventsIn, toAuditEvent } from '../../src/fhir/audit-event.js';
 import { assertFhirJson } from '../support/fhir.js';
 import { assertR5Resource } from '../support/fhir-schema.js';
 
@@ -51,5 +51,22 @@ describe('AuditEvent from a record', () => {
     const rendered = toAuditEvent(r);
     expect(auditEventOf({ record: r })).to.deep.equal(rendered);
     expect(auditEventOf({ auditEvent: rendered })).to.equal(rendered);
+  });
+
+  it('finds every AuditEvent of a batch event, the one of an older single event, and none in other events', () => {
+    const a = record({ kind: 'client', clientId: 'ehr-backend' });
+    const b = { ...a, id: '7a2d0b63-4e8f-4c9b-8d1e-2f3a4b5c6d7e' };
+    expect(auditEventsIn({ type: 'AuditEventsRecorded', data: { records: [a, b] } })).to.deep.equal([
+      { resource: toAuditEvent(a), content: a },
+      { resource: toAuditEvent(b), content: b },
+    ]);
+    expect(auditEventsIn({ type: 'AuditEventRecorded', data: { record: a } })).to.deep.equal([
+      { resource: toAuditEvent(a), content: a },
+    ]);
+    const rendered = toAuditEvent(a);
+    expect(auditEventsIn({ type: 'AuditEventRecorded', data: { auditEvent: rendered } })).to.deep.equal([
+      { resource: rendered, content: rendered },
+    ]);
+    expect(auditEventsIn({ type: 'PatientRegistered', data: { id: 7 } })).to.deep.equal([]);
   });
 });

@@ -11,7 +11,7 @@
  */
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
+import { isAuditEventType } from '../../src/domain/audit/audit.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { isFhirString } from '../../src/fhir/strings.js';
@@ -833,7 +833,7 @@ for (const database of testDatabases) {
           false,
         );
         if (page.length === 0) return count;
-        count += page.filter((e) => e.type !== AUDIT_EVENT_RECORDED).length;
+        count += page.filter((e) => !isAuditEventType(e.type)).length;
         last = page.at(-1)!.position;
       }
     };

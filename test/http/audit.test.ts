@@ -6,8 +6,7 @@
  */
 import { expect } from 'chai';
 import { registerClient } from '../../src/commands/tenants.js';
-import type { AuditEventRecordedData } from '../../src/domain/audit/audit.js';
-import { auditEventOf } from '../../src/fhir/audit-event.js';
+import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { basic, GENERAL, seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { fhir, ROLE_NEW, sessionCookie } from '../support/fhir.js';
@@ -59,8 +58,7 @@ for (const database of testDatabases) {
     const auditEventsSince = async (count: number) =>
       (await app.allEvents({ audit: true }))
         .slice(count)
-        .filter((e) => e.type === 'AuditEventRecorded')
-        .map((e) => auditEventOf(e.data as AuditEventRecordedData) as any);
+        .flatMap((e) => auditEventsIn(e).map((a) => a.resource as any));
 
     const search = (query: string, auth = AUDITOR) => fhir(app, 'GET', `/AuditEvent?${query}`, { auth });
 

@@ -9,7 +9,7 @@ import pino from 'pino';
 import { type Casebook, openCasebook } from '../../src/casebook.js';
 import { applySeed, type Seed } from '../../src/commands/seed.js';
 import { loadConfig } from '../../src/config.js';
-import { AUDIT_EVENT_RECORDED } from '../../src/domain/audit/audit.js';
+import { isAuditEventType } from '../../src/domain/audit/audit.js';
 import { SqlEventStore } from '../../src/eventstore/index.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { createHttpApp } from '../../src/http/app.js';
@@ -22,7 +22,7 @@ export interface TestApp {
   /** Moves the clock forward by `ms` milliseconds. */
   advance(ms: number): void;
   /**
-   * Every event of `$all`, in order — without the audit trail's AuditEventRecorded events unless
+   * Every event of `$all`, in order — without the audit trail's audit events unless
    * `audit` is true (a refused request writes an AuditEvent and nothing else).
    */
   allEvents(options?: { audit?: boolean }): Promise<RecordedEvent[]>;
@@ -74,7 +74,7 @@ export const startTestApp = async (
           false,
         );
         if (page.length === 0) return events;
-        events.push(...(options.audit ? page : page.filter((e) => e.type !== AUDIT_EVENT_RECORDED)));
+        events.push(...(options.audit ? page : page.filter((e) => !isAuditEventType(e.type))));
         from = page.at(-1)!.position;
       }
     },

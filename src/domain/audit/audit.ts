@@ -1,9 +1,12 @@
 /**
  * The audit trail (docs/architecture.md "Audit trail"; issue 14): who saw and changed what,
  * recorded in the log and shown as FHIR R5 AuditEvent resources. A batch of records (a group
- * commit) is one stream, `audit-<uuid>`, written once: `AuditEventRecorded` events, each carrying
- * one {@link AuditRecord} — the facts of an AuditEvent, about a fifth of its JSON, from which
- * `toAuditEvent` (src/fhir/audit-event.ts) renders the resource. Records hold references and codes
+ * commit) is one stream, `audit-<uuid>`, written once with one `AuditEventsRecorded` event that
+ * carries its {@link AuditRecord}s — the facts of an AuditEvent, about a fifth of its JSON, from
+ * which `toAuditEvent` (src/fhir/audit-event.ts) renders the resource. One event per batch, not per
+ * record: an append's fixed cost (a row, its index entries, a seal link) is shared by every read of
+ * the batch (docs/architecture.md "Audit trail"). Logs written before carry one
+ * `AuditEventRecorded` event per record; both read the same way. Records hold references and codes
  * only, never patient data.
  */
 import type { Decider, Event } from '../decider.js';
@@ -55,7 +58,12 @@ export type AuditEventRecordedData =
   | { readonly record: AuditRecord }
   | { readonly auditEvent: AuditEventResource };
 
-export type AuditEvent = Event<'AuditEventRecorded', AuditEventRecordedData>;
+/** The data of an `AuditEventsRecorded` event: the records of one group commit, in arrival order. */
+export type AuditEventsRecordedData = { readonly records: readonly AuditRecord[] };
+
+export type AuditEvent =
+  | Event<'AuditEventsRecorded', AuditEventsRecordedData>
+  | Event<'AuditEventRecorded', AuditEventRecordedData>;
 
 export type AuditCommand = {
   readonly type: 'RecordAuditEvents';
@@ -64,14 +72,26 @@ export type AuditCommand = {
 
 export type AuditState = { readonly recorded: number };
 
-/** Records the batch; a batch stream is written once (the handler appends it expected `no_stream`). */
+/**
+ * Records the batch as one event; a batch stream is written once (the handler appends it expected
+ * `no_stream`). An empty batch records nothing.
+ */
 export const auditDecider: Decider<AuditCommand, AuditState, AuditEvent> = {
   initialState: { recorded: 0 },
-  evolve: (state) => ({ recorded: state.recorded + 1 }),
-  decide: (command) => command.records.map((record) => ({ type: 'AuditEventRecorded', data: { record } })),
+  evolve: (state, event) => ({
+    recorded: state.recorded + (event.type === 'AuditEventsRecorded' ? event.data.records.length : 1),
+  }),
+  decide: (command) =>
+    command.records.length === 0 ? [] : [{ type: 'AuditEventsRecorded', data: { records: command.records } }],
 };
 
+/** The event type of a batch of records (the type written). */
+export const AUDIT_EVENTS_RECORDED = 'AuditEventsRecorded';
+/** The event type of one record, as logs written before batches carry it (read, never written). */
 export const AUDIT_EVENT_RECORDED = 'AuditEventRecorded';
+/** Whether an event of `type` holds AuditEvents. */
+export const isAuditEventType = (type: string): boolean =>
+  type === AUDIT_EVENTS_RECORDED || type === AUDIT_EVENT_RECORDED;
 
 /** The stream of one group-committed batch. */
 export const auditStream = (batchId: string): string => `audit-${batchId}`;
