@@ -1,8 +1,11 @@
 /**
  * The sealer (docs/architecture.md "Tamper-evident log"): seals the log in batches, after the
- * appends, so appends stay parallel and pay nothing for it. Every serving process runs one; the
- * seal transaction's advisory lock and its check of the last seal make one of them win each
- * batch, so the log is sealed once, in order.
+ * appends, so appends stay parallel and pay nothing for it. Every serving process runs one, and
+ * one of them is active: on PostgreSQL the one holding the session advisory lock
+ * {@link SEALER_LOCK_KEY} (the others wait as standbys and take over within
+ * {@link INTERVAL_MS} of its end), like the projection runner. On PGlite the one process is the
+ * active one. Besides, the seal transaction's advisory lock and its check of the last seal make
+ * sure that even two sealers at once (`casebook seal`, a test) seal each event once, in order.
  */
 import type { Logger } from 'pino';
 import type { Sql } from '../db/sql.js';
@@ -13,10 +16,18 @@ import { lastSeal, migrateSeals, writeSeal } from './seal.js';
 const BATCH = 5000;
 /** Pause between passes while the log is sealed up to its head, milliseconds. */
 const INTERVAL_MS = 1000;
+/** Session advisory lock of the active sealer (one per schema). */
+export const SEALER_LOCK_KEY = `hashtext('casebook-sealer:' || current_schema())`;
 
 export class Sealer {
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
+  private activeNow = false;
+
+  /** Whether this sealer is the active one (it holds the election); false for a standby. */
+  get active(): boolean {
+    return this.activeNow;
+  }
 
   /**
    * @param store the log (its `readAll` only shows committed events in order: no gap is sealed
@@ -66,7 +77,10 @@ export class Sealer {
     }
   }
 
-  /** Seals in the background until {@link stop}. */
+  /**
+   * Seals in the background until {@link stop}: as the active sealer once elected (at once on
+   * PGlite), as a standby trying the election every interval until then.
+   */
   start(): void {
     if (this.loop) return;
     const abort = new AbortController();
@@ -74,24 +88,52 @@ export class Sealer {
     this.loop = (async () => {
       while (!abort.signal.aborted) {
         try {
-          await this.sealAll();
+          if (this.sql.kind === 'pglite') await this.sealWhileActive(abort.signal);
+          else
+            await this.sql.withConnection(async (conn) => {
+              const [lock] = await conn.query<{ ok: boolean }>(
+                `SELECT pg_try_advisory_lock(${SEALER_LOCK_KEY}) AS ok`,
+              );
+              if (!lock?.ok) return;
+              try {
+                await this.sealWhileActive(abort.signal);
+              } finally {
+                await conn.query(`SELECT pg_advisory_unlock(${SEALER_LOCK_KEY})`).catch(() => undefined);
+              }
+            });
         } catch (error) {
           if (abort.signal.aborted) return;
           this.logger.error({ err: error }, 'sealing the log failed; retrying');
         }
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, this.options.intervalMs ?? INTERVAL_MS);
-          abort.signal.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-        });
+        await this.pause(abort.signal);
       }
     })();
+  }
+
+  /** Seals every interval until `signal` aborts or a pass fails (it throws, the lock is given back). */
+  private async sealWhileActive(signal: AbortSignal): Promise<void> {
+    this.activeNow = true;
+    try {
+      while (!signal.aborted) {
+        await this.sealAll();
+        await this.pause(signal);
+      }
+    } finally {
+      this.activeNow = false;
+    }
+  }
+
+  private pause(signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      if (signal.aborted) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, this.options.intervalMs ?? INTERVAL_MS);
+      signal.addEventListener('abort', done, { once: true });
+    });
   }
 
   /** Stops the background sealing and waits for the pass under way. */

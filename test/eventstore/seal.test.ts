@@ -182,6 +182,37 @@ for (const database of testDatabases) {
       expect(() => parseHead('{"position":"x"}')).to.throw(/must be/);
     });
 
+    it('runs one active sealer at a time: a standby takes over when the active one stops', async () => {
+      const others: Sealer[] = [];
+      const make = () => {
+        const s = new Sealer(store, opened.sql, pino({ level: 'silent' }), { batch: 7, intervalMs: 50 });
+        others.push(s);
+        return s;
+      };
+      const [a, b] = [make(), make()];
+      const until = async (check: () => Promise<boolean> | boolean) => {
+        for (let i = 0; i < 200 && !(await check()); i++) await new Promise((r) => setTimeout(r, 25));
+        expect(await check()).to.equal(true);
+      };
+      try {
+        a.start();
+        await until(() => a.active);
+        b.start();
+        await until(async () => (await verifyLog(store, opened.sql)).sealed === 30);
+        if (database.name === 'postgres') {
+          // Elected on PostgreSQL: the second process waits as a standby.
+          expect([a.active, b.active]).to.deep.equal([true, false]);
+          await a.stop();
+          await until(() => b.active);
+        } else await a.stop();
+        for (let s = 0; s < 5; s++) await store.append(`late-${s}`, [event(200 + s)], 'no_stream');
+        await until(async () => (await verifyLog(store, opened.sql)).sealed === 35);
+        expect(await verifyLog(store, opened.sql)).to.deep.include({ ok: true, sealed: 35 });
+      } finally {
+        for (const s of others) await s.stop();
+      }
+    });
+
     it('two sealers at once seal every event exactly once', async () => {
       for (let s = 0; s < 20; s++) await store.append(`more-${s}`, [event(100 + s)], 'no_stream');
       const other = new Sealer(await SqlEventStore.open(opened.sql), opened.sql, pino({ level: 'silent' }), {
