@@ -232,6 +232,22 @@ for (const database of testDatabases) {
       ]);
     });
 
+    it("records a wrong secret for a known client under that client's tenant, where its auditors find it", async () => {
+      const patient = await newPatient();
+      const wrong = basic('patients-only', 'not-the-secret-0123456789');
+      expect((await fhir(app, 'GET', `/Patient/${patient.id}`, { auth: wrong })).status).to.equal(401);
+      const found = await search(`agent=patients-only&outcome=4&entity=Patient/${patient.id}`);
+      expect(found.status).to.equal(200);
+      expect(found.body.total).to.equal(1);
+      const event = found.body.entry[0].resource;
+      expect(event.action).to.equal('R');
+      expect(event.outcome.detail).to.deep.equal([{ text: '401 Unauthorized' }]);
+      // An unknown client_id names no tenant: nothing shows in this tenant's trail.
+      const unknown = basic('nobody-at-all', 'whatever-0123456789');
+      expect((await fhir(app, 'GET', `/Patient/${patient.id}`, { auth: unknown })).status).to.equal(401);
+      expect((await search(`entity=Patient/${patient.id}&outcome=4`)).body.total).to.equal(1);
+    });
+
     it('searches by patient, entity, agent, date, action and outcome, newest first, with paging', async () => {
       const patient = await newPatient();
       for (let i = 0; i < 3; i++) await fhir(app, 'GET', `/Patient/${patient.id}`);

@@ -59,8 +59,12 @@ export const authenticateClient = async (
   const key = `${row.clientId}:${hashToken(credentials.pass)}:${row.secretHash}`;
   const cachedAt = verified.get(key);
   if (cachedAt === undefined || Date.now() - cachedAt > CACHE_TTL_MS) {
-    if (!(await verifySecret(credentials.pass, row.secretHash)))
+    if (!(await verifySecret(credentials.pass, row.secretHash))) {
+      // The refusal is recorded under the tenant of the client it claimed to be, so that tenant's
+      // auditors find it (agent = that client_id, outcome 4); an unknown client_id has no tenant.
+      noteAgent(ctx, { kind: 'client', clientId: row.clientId }, row.tenantId);
       throw unauthorized('unknown client or wrong secret');
+    }
     if (verified.size >= CACHE_MAX) verified.clear();
     verified.set(key, Date.now());
   }
