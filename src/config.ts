@@ -187,6 +187,12 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     throw new Error(
       `invalid configuration: LAUNCHER_ALLOW_UNSIGNED=true is only accepted when casebook listens on a loopback address (HOST=127.0.0.1), not on ${e.HOST}`,
     );
+  // Every read must leave an AuditEvent (docs/architecture.md "Audit trail"): switching that off
+  // is for measuring on one machine, never for a server others can reach.
+  if (e.AUDIT_READS === 'false' && !LOOPBACK.has(e.HOST))
+    throw new Error(
+      `invalid configuration: AUDIT_READS=false is only accepted when casebook listens on a loopback address (HOST=127.0.0.1), not on ${e.HOST}`,
+    );
   return {
     port: e.PORT,
     host: e.HOST,

@@ -6,6 +6,7 @@
  */
 import { expect } from 'chai';
 import { registerClient } from '../../src/commands/tenants.js';
+import { loadConfig } from '../../src/config.js';
 import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { basic, GENERAL, seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
@@ -342,3 +343,15 @@ for (const database of testDatabases) {
     });
   });
 }
+
+describe('AUDIT_READS=false', () => {
+  it('is refused unless casebook listens on a loopback address, and turns off only the records of reads', () => {
+    expect(() => loadConfig({ DATA_DIR: 'memory://', HOST: '0.0.0.0', AUDIT_READS: 'false' })).to.throw(
+      /AUDIT_READS=false is only accepted when casebook listens on a loopback address/,
+    );
+    expect(
+      loadConfig({ DATA_DIR: 'memory://', HOST: '127.0.0.1', AUDIT_READS: 'false' }).auditReads,
+    ).to.equal(false);
+    expect(loadConfig({ DATA_DIR: 'memory://', HOST: '0.0.0.0' }).auditReads).to.equal(true);
+  });
+});
