@@ -2,6 +2,7 @@
  * A small SQL connection abstraction over node-postgres (a pool) and PGlite (one in-process
  * connection), so the SQL event store and the projections run unchanged on both (docs/architecture.md "Event store").
  */
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -36,7 +37,28 @@ export interface Sql {
   close(): Promise<void>;
 }
 
-type Queryable = { query: (text: string, params?: unknown[]) => Promise<{ rows: unknown[] }> };
+/** Distinct statements that get a name (and so a server-side prepared statement per connection). */
+const MAX_NAMED_STATEMENTS = 1000;
+const statementNames = new Map<string, string>();
+
+/**
+ * The node-postgres query of a parameterised statement, named after a hash of its text: each pool
+ * connection then parses and plans it once (PostgreSQL keeps the prepared statement, and after a
+ * few runs a generic plan) instead of on every call — planning cost more than running the
+ * statements of a FHIR read or search (bench/README.md). Statements without parameters stay
+ * unnamed (the simple protocol may carry several statements), and so does every statement past
+ * the first {@link MAX_NAMED_STATEMENTS} distinct texts, which bounds what each connection keeps.
+ */
+export const preparedQuery = (text: string, values: readonly unknown[]): pg.QueryConfig => {
+  if (values.length === 0) return { text };
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    if (statementNames.size >= MAX_NAMED_STATEMENTS) return { text, values: [...values] };
+    name = `cb_${createHash('sha1').update(text).digest('base64url')}`;
+    statementNames.set(text, name);
+  }
+  return { name, text, values: [...values] };
+};
 
 class PgClientSql implements Sql {
   readonly kind = 'postgres' as const;
@@ -45,7 +67,7 @@ class PgClientSql implements Sql {
     readonly inTransaction: boolean,
   ) {}
   async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
-    const result = await (this.client as unknown as Queryable).query(text, [...params]);
+    const result = await this.client.query(preparedQuery(text, params));
     return result.rows as R[];
   }
   async exec(text: string): Promise<void> {
@@ -90,7 +112,7 @@ export class PostgresSql implements Sql {
     this.pool.on('error', () => undefined);
   }
   async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
-    const result = await this.pool.query(text, [...params]);
+    const result = await this.pool.query(preparedQuery(text, params));
     return result.rows as R[];
   }
   async exec(text: string): Promise<void> {

@@ -212,6 +212,8 @@ const SUBSCRIPTION_PAGE = 500;
 const UNIQUE_VIOLATION_ATTEMPTS = 3;
 /** Coalescing delay of the NOTIFY that wakes other processes' subscriptions, milliseconds. */
 const NOTIFY_DELAY_MS = 5;
+/** A JSON \u0000 escape: "\u0000" preceded by an even number of backslashes (none included). */
+const NUL_ESCAPE = /(?<!\\)(?:\\\\)*\\u0000/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 // int8 and xid8 columns are selected as text: pg returns int8 as string, PGlite as number (lossy).
@@ -601,6 +603,10 @@ export class SqlEventStore implements EventStore {
       })),
     );
     const data = JSON.stringify(requests.flatMap((r) => r.events.map((e) => e.data ?? null)));
+    // PostgreSQL text cannot hold U+0000, but a json value keeps the escape unread: refuse it here,
+    // as a jsonb or text conversion of it later would fail (an escaped backslash before "u0000" is not one).
+    if (NUL_ESCAPE.test(data))
+      throw new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
     const failures = new Map<string, unknown>();
     const hook = this.hook;
     const known = hook ? [...hook.known] : null;
