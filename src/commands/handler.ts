@@ -6,7 +6,8 @@
  * When another writer moved one of those streams first (`WrongExpectedVersion`), the whole
  * command runs again on fresh state, after a bounded, jittered backoff.
  */
-import { v5 as uuidv5 } from 'uuid';
+import { v4 as uuidv4, v5 as uuidv5 } from 'uuid';
+import { AUDIT_EVENTS_RECORDED, type AuditRecord, auditStream } from '../domain/audit/audit.js';
 import { type Decider, DomainError, type Event } from '../domain/decider.js';
 import {
   type Actor,
@@ -252,11 +253,13 @@ export interface Executed<R> {
   readonly result: R;
   /** `$all` position of the append; undefined when the command decided nothing. */
   readonly position: Position | undefined;
-  /** The events appended (with their ids and metadata). */
+  /** The events appended (with their ids and metadata), without the AuditEvent of `options.audit`. */
   readonly events: readonly NewEvent[];
+  /** The AuditEvent appended with the command's events (`options.audit`); undefined when none was. */
+  readonly audited?: AuditRecord;
 }
 
-export interface ExecuteOptions {
+export interface ExecuteOptions<R = unknown> {
   /**
    * A stable id of this command (for instance derived from an outside key): event ids are derived
    * from it, so executing the same command again after it was stored writes nothing twice.
@@ -266,6 +269,13 @@ export interface ExecuteOptions {
   readonly maxAttempts?: number;
   /** How the append is announced (the port's {@link AppendOptions}). */
   readonly append?: AppendOptions;
+  /**
+   * The AuditEvent of the request this command serves, built from the command's result: it is
+   * appended in the command's own append (docs/architecture.md "Audit trail"), so the write and
+   * its record commit together and the request waits for no second append. Not called when the
+   * command decides nothing (nothing is appended: the caller records the request as usual).
+   */
+  readonly audit?: (result: R) => AuditRecord | undefined;
 }
 
 const backoff = (attempt: number): Promise<void> => {
@@ -286,7 +296,7 @@ const backoff = (attempt: number): Promise<void> => {
 export const execute = async <R>(
   ctx: CommandContext,
   command: (uow: UnitOfWork) => Promise<R>,
-  options: ExecuteOptions = {},
+  options: ExecuteOptions<R> = {},
 ): Promise<Executed<R>> => {
   const maxAttempts = options.maxAttempts ?? MAX_ATTEMPTS;
   const contested = new Set<string>();
@@ -305,11 +315,15 @@ export const execute = async <R>(
     }
     const requests = work.requests(options.commandId);
     if (!requests.some((r) => r.events.length > 0)) return { result, position: undefined, events: [] };
+    const audited = options.audit?.(result);
     try {
-      const appended = await ctx.store.appendMany(requests, options.append);
+      const appended = await ctx.store.appendMany(
+        audited ? [...requests, auditRequest(ctx, audited)] : requests,
+        options.append,
+      );
       const events = requests.flatMap((r) => r.events);
       await ctx.afterAppend(appended.position, events);
-      return { result, position: appended.position, events };
+      return { result, position: appended.position, events, ...(audited ? { audited } : {}) };
     } catch (error) {
       if (!(error instanceof WrongExpectedVersion) || attempt >= maxAttempts) throw error;
       ctx.onConflict?.();
@@ -318,6 +332,13 @@ export const execute = async <R>(
     }
   }
 };
+
+/** The append of one AuditEvent next to a command's events: a batch of one, in its own stream. */
+const auditRequest = (ctx: CommandContext, record: AuditRecord): AppendRequest => ({
+  streamName: auditStream(uuidv4()),
+  expectedState: 'no_stream',
+  events: toNewEvents(ctx, [{ type: AUDIT_EVENTS_RECORDED, data: { records: [record] } }], record.tenantId),
+});
 
 /** A refusal for an If-Match that names another version than the stream's (412). */
 export const versionMismatch = (what: string, ifMatch: number, current: number): DomainError =>

@@ -3,6 +3,7 @@
  */
 
 import { allocateId } from '../db/sequences.js';
+import type { AuditRecord } from '../domain/audit/audit.js';
 import type { Identifier } from '../domain/clinical/identifier.js';
 import { DomainError, fold } from '../domain/decider.js';
 import { type DeploymentMode, sessionDecider, sessionStream } from '../domain/session/session.js';
@@ -283,6 +284,8 @@ export interface CreatedSession {
  * scopes and appends `SessionCreated` — together with any Patient/Encounter/Practitioner created
  * by role `new` — in one atomic append.
  * @param globalOrigins origins every tenant may redirect to (the app host, ALLOWED_REDIRECT_ORIGINS).
+ * @param audit the request's AuditEvent, appended with the session (`execute`'s `audit` option).
+ * @returns the session, and the AuditEvent appended with it (`audited`) when `audit` gave one.
  * @throws {DomainError} invalid (400: scope, redirects), not_found (404: ids, fhirContext find),
  *   unprocessable (422: no resolvable user, context mismatch).
  */
@@ -291,8 +294,13 @@ export const createSession = async (
   client: ClientPrincipal,
   input: CreateSessionInput,
   globalOrigins: readonly string[],
-): Promise<CreatedSession> =>
-  (await execute(ctx, (uow) => openSession(uow, client, input, globalOrigins))).result;
+  audit?: (created: CreatedSession) => AuditRecord | undefined,
+): Promise<CreatedSession & { readonly audited?: AuditRecord }> => {
+  const { result, audited } = await execute(ctx, (uow) => openSession(uow, client, input, globalOrigins), {
+    ...(audit ? { audit } : {}),
+  });
+  return audited ? { ...result, audited } : result;
+};
 
 /**
  * The decisions of POST /sessions inside `uow` (also used by the launcher, which opens its session

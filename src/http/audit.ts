@@ -70,27 +70,61 @@ const defaultEntities = (ctx: Context): AuditEntity[] => {
  * The middleware: runs the request, then records its AuditEvent before the response is sent.
  * @param audited which requests are audited (by path).
  */
+/** The AuditRecord of the request as noted so far, answered with `status`. */
+const recordOf = (casebook: Casebook, ctx: Context, status: number, note: AuditNote): AuditRecord => {
+  // A FHIR operation (`$name`) is an execute (E) unless its route says otherwise ($everything: R).
+  const action = note.action ?? (ctx.path.includes('/$') ? 'E' : (ACTIONS[ctx.method] ?? 'E'));
+  return {
+    id: uuidv4(),
+    tenantId: (ctx.state.auditTenant as number | null | undefined) ?? null,
+    interaction: note.interaction ?? defaultInteraction(ctx, action),
+    action,
+    recorded: casebook.clock().toISOString(),
+    status,
+    agent: (ctx.state.auditAgent as AuditAgent | undefined) ?? { kind: 'anonymous' },
+    entities: note.entities ?? defaultEntities(ctx),
+    ...(ctx.ip ? { clientAddress: ctx.ip } : {}),
+    ...(ctx.state.requestId ? { requestId: ctx.state.requestId as string } : {}),
+  };
+};
+
+/**
+ * The `audit` option of a write command (src/commands/handler.ts `execute`): the request's
+ * AuditEvent, as it will be answered when the command succeeds — `answer(result)` gives the status
+ * and what to note (entities…) — appended with the command's events. Call {@link auditedWith}
+ * with what `execute` returned: the middleware then records nothing more for the request, unless
+ * its final status differs (an error after the write), which gets its own AuditEvent.
+ * @returns undefined when the request is not audited (a path outside the audited hosts).
+ */
+export const auditInline =
+  <R>(casebook: Casebook, ctx: Context, answer: (result: R) => { status: number; note: AuditNote }) =>
+  (result: R): AuditRecord | undefined => {
+    if (!ctx.state.audited) return undefined;
+    const { status, note } = answer(result);
+    const previous = (ctx.state.audit ?? {}) as AuditNote;
+    return recordOf(casebook, ctx, status, {
+      ...previous,
+      ...note,
+      ...(note.entities ? { entities: [...(previous.entities ?? []), ...note.entities] } : {}),
+    });
+  };
+
+/** Tells the middleware that `record` (from {@link auditInline}) was appended with the write. */
+export const auditedWith = (ctx: Context, record: AuditRecord | undefined): void => {
+  if (record) ctx.state.auditedInline = record;
+};
+
 export const auditMiddleware =
   (casebook: Casebook, audited: (path: string) => boolean) =>
   async (ctx: Context, next: Next): Promise<void> => {
     if (!audited(ctx.path) || ctx.method === 'OPTIONS') return next();
+    ctx.state.audited = true;
     await next();
-    const note = (ctx.state.audit ?? {}) as AuditNote;
-    // A FHIR operation (`$name`) is an execute (E) unless its route says otherwise ($everything: R).
-    const action = note.action ?? (ctx.path.includes('/$') ? 'E' : (ACTIONS[ctx.method] ?? 'E'));
-    if (action === 'R' && !casebook.config.auditReads) return;
-    const record: AuditRecord = {
-      id: uuidv4(),
-      tenantId: (ctx.state.auditTenant as number | null | undefined) ?? null,
-      interaction: note.interaction ?? defaultInteraction(ctx, action),
-      action,
-      recorded: casebook.clock().toISOString(),
-      status: ctx.status,
-      agent: (ctx.state.auditAgent as AuditAgent | undefined) ?? { kind: 'anonymous' },
-      entities: note.entities ?? defaultEntities(ctx),
-      ...(ctx.ip ? { clientAddress: ctx.ip } : {}),
-      ...(ctx.state.requestId ? { requestId: ctx.state.requestId as string } : {}),
-    };
+    const inline = ctx.state.auditedInline as AuditRecord | undefined;
+    // Appended with the write, as answered: nothing more to record.
+    if (inline && inline.status === ctx.status) return;
+    const record = recordOf(casebook, ctx, ctx.status, (ctx.state.audit ?? {}) as AuditNote);
+    if (record.action === 'R' && !casebook.config.auditReads) return;
     try {
       await casebook.audit.record(record);
     } catch (error) {

@@ -125,6 +125,37 @@ for (const database of testDatabases) {
       ]);
     });
 
+    it('appends the AuditEvent of a write, and of a session, in the same transaction as the write', async () => {
+      const before = (await app.allEvents({ audit: true })).length;
+      const patient = await newPatient();
+      await sessionCookie(app, {
+        fhirContext: [
+          {
+            type: 'Practitioner',
+            identifier: { system: 'urn:audit:staff', value: unique('dr') },
+            role: ROLE_NEW,
+          },
+        ],
+      });
+      const events = (await app.allEvents({ audit: true })).slice(before);
+      const commitOf = (type: string) => events.find((e) => e.type === type)!.position.commit;
+      const audits = events.filter((e) => e.type === 'AuditEventsRecorded');
+      const auditOf = (code: string) =>
+        audits.find((e) => auditEventsIn(e).some((a) => (a.resource as any).code.coding[0].code === code))!;
+      // Each its own one-record batch, committed with the events it records.
+      expect(auditOf('create').position.commit).to.equal(commitOf('PatientRegistered'));
+      expect(
+        auditEventsIn(auditOf('create')).map((a) => (a.resource as any).entity[0].what.reference),
+      ).to.deep.equal([`Patient/${patient.id}`]);
+      expect(auditOf('session-create').position.commit).to.equal(commitOf('SessionCreated'));
+      // Exactly one AuditEvent per request: none recorded again by the group commit.
+      const codes = audits.flatMap((e) =>
+        auditEventsIn(e).map((a) => (a.resource as any).code.coding[0].code),
+      );
+      expect(codes.filter((c) => c === 'create')).to.have.length(1);
+      expect(codes.filter((c) => c === 'session-create')).to.have.length(1);
+    });
+
     it('records writes, sessions and their handover, and an unauthenticated attempt', async () => {
       const before = (await app.allEvents({ audit: true })).length;
       const patient = await newPatient();

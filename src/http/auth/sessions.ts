@@ -8,7 +8,7 @@ import type { Casebook } from '../../casebook.js';
 import { hashToken } from '../../commands/secrets.js';
 import { type CreatedSession, createSession, endSession, handOverSession } from '../../commands/sessions.js';
 import { findSession, findSessionByCookie, type SessionRow } from '../../projections/sessions.js';
-import { noteAgent, noteAudit } from '../audit.js';
+import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
 import { authenticateClient } from './client-auth.js';
 import { createSessionBody, handoverParams } from './sessions.schema.js';
@@ -84,6 +84,13 @@ export const globalRedirectOrigins = (casebook: Casebook): string[] => [
   ...casebook.config.allowedRedirectOrigins,
 ];
 
+/** What the AuditEvent of a session creation says. */
+const sessionCreated = (created: CreatedSession): AuditNote => ({
+  interaction: 'session-create',
+  action: 'C',
+  entities: [{ reference: `Session/${created.sessionId}`, patientId: created.patientId }],
+});
+
 /** Builds the router of the session interface (mounted at the path of {auth_url}). */
 export const sessionsRouter = (casebook: Casebook): Router => {
   const router = new Router();
@@ -117,12 +124,10 @@ export const sessionsRouter = (casebook: Casebook): Router => {
         ...(body.post_cancel_redirect != null ? { postCancelRedirect: body.post_cancel_redirect } : {}),
       },
       globalRedirectOrigins(casebook),
+      auditInline(casebook, ctx, (c: CreatedSession) => ({ status: 201, note: sessionCreated(c) })),
     );
-    noteAudit(ctx, {
-      interaction: 'session-create',
-      action: 'C',
-      entities: [{ reference: `Session/${created.sessionId}`, patientId: created.patientId }],
-    });
+    auditedWith(ctx, created.audited);
+    noteAudit(ctx, sessionCreated(created));
     ctx.status = 201;
     ctx.set('Location', `${casebook.config.authUrl}/sessions/${created.sessionId}`);
     ctx.set('Cache-Control', 'no-store');

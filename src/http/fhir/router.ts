@@ -18,7 +18,7 @@ import { compartmentOf, toFhirResource } from '../../fhir/references.js';
 import { conditionalUpdateStatus, definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
 import { encodeCursor, readAuditEvent, searchAuditEvents } from '../../queries/audit.js';
 import * as queries from '../../queries/fhir.js';
-import { noteAudit } from '../audit.js';
+import { auditedWith, auditInline, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
 import { capabilityStatement } from './capability.js';
 import { FHIR_JSON, requireFhirJson } from './media.js';
@@ -343,18 +343,27 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const principal = await resolvePrincipal(ctx, casebook);
     const ifNoneExist = ctx.get('If-None-Exist');
     const body = ctx.request.body;
-    const { result } = await execute(contextFor(ctx, principal), (uow) =>
-      ifNoneExist
-        ? fhir.conditionalCreate(
-            uow,
-            principal,
-            def,
-            fhir.ifNoneExistToken(ifNoneExist, 'If-None-Exist'),
-            body,
-            'If-None-Exist',
-          )
-        : fhir.create(uow, principal, def, body),
+    const { result, audited } = await execute(
+      contextFor(ctx, principal),
+      (uow) =>
+        ifNoneExist
+          ? fhir.conditionalCreate(
+              uow,
+              principal,
+              def,
+              fhir.ifNoneExistToken(ifNoneExist, 'If-None-Exist'),
+              body,
+              'If-None-Exist',
+            )
+          : fhir.create(uow, principal, def, body),
+      {
+        audit: auditInline(casebook, ctx, (r: WriteResult) => ({
+          status: r.created ? 201 : 200,
+          note: { interaction: 'create', entities: [writtenEntity(def.type, r)] },
+        })),
+      },
     );
+    auditedWith(ctx, audited);
     noteAudit(ctx, { interaction: 'create', entities: [writtenEntity(def.type, result)] });
     // FHIR conditional create: a match answers 200 with the existing resource.
     if (!result.created) {
@@ -382,9 +391,17 @@ export const fhirRouter = (casebook: Casebook): Router => {
         `conditional update supports identifier only, not ${others.join(', ')}`,
       );
     const body = ctx.request.body;
-    const { result } = await execute(contextFor(ctx, principal), (uow) =>
-      fhir.conditionalUpdate(uow, principal, def, identifier, body),
+    const { result, audited } = await execute(
+      contextFor(ctx, principal),
+      (uow) => fhir.conditionalUpdate(uow, principal, def, identifier, body),
+      {
+        audit: auditInline(casebook, ctx, (r: WriteResult) => ({
+          status: conditionalUpdateStatus(def.type, r.created),
+          note: { interaction: 'update', entities: [writtenEntity(def.type, r)] },
+        })),
+      },
     );
+    auditedWith(ctx, audited);
     noteAudit(ctx, { interaction: 'update', entities: [writtenEntity(def.type, result)] });
     ctx.set('Location', `${base}/${def.type}/${result.id}/_history/${result.versionId}`);
     const status = conditionalUpdateStatus(def.type, result.created);
@@ -407,9 +424,17 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const principal = await resolvePrincipal(ctx, casebook);
     const ifMatch = ifMatchOf(ctx.get('If-Match') || undefined);
     const body = ctx.request.body;
-    const { result } = await execute(contextFor(ctx, principal), (uow) =>
-      fhir.update(uow, principal, def, id, body, ifMatch),
+    const { result, audited } = await execute(
+      contextFor(ctx, principal),
+      (uow) => fhir.update(uow, principal, def, id, body, ifMatch),
+      {
+        audit: auditInline(casebook, ctx, (r: WriteResult) => ({
+          status: 200,
+          note: { interaction: 'update', entities: [writtenEntity(def.type, r)] },
+        })),
+      },
     );
+    auditedWith(ctx, audited);
     noteAudit(ctx, { interaction: 'update', entities: [writtenEntity(def.type, result)] });
     sendResource(ctx, 200, written(def.type, result), result.versionId, result.lastUpdated);
   });
@@ -419,9 +444,17 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
     const ifMatch = ifMatchOf(ctx.get('If-Match') || undefined);
-    const { result } = await execute(contextFor(ctx, principal), (uow) =>
-      fhir.remove(uow, principal, def, id, ifMatch),
+    const { result, audited } = await execute(
+      contextFor(ctx, principal),
+      (uow) => fhir.remove(uow, principal, def, id, ifMatch),
+      {
+        audit: auditInline(casebook, ctx, (r: { readonly patientId: number | null }) => ({
+          status: 204,
+          note: { entities: [{ reference: `${def.type}/${id}`, patientId: r.patientId }] },
+        })),
+      },
     );
+    auditedWith(ctx, audited);
     noteAudit(ctx, { entities: [{ reference: `${def.type}/${id}`, patientId: result.patientId }] });
     ctx.status = 204;
   });
