@@ -5,13 +5,13 @@
  * Each "case" is one report's life as casebook records it: a Patient, an Encounter and a Task
  * (each with its identifier reservation, in the same append), a session created by the EHR and
  * handed over, the QuestionnaireResponse started (with the Task moved to in-progress), saved twice,
- * submitted (with the Task completed), exported, and one AuditEventRecorded per request, group
- * committed in audit streams. About 24 events per case; the log starts with a tenant, its API
- * client and a Questionnaire.
+ * submitted (with the Task completed), exported, and one AuditEvent record per request, group
+ * committed 8 to an `AuditEventsRecorded` event in its audit stream. The log starts with a
+ * tenant, its API client and a Questionnaire.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { v4 as uuidv4 } from 'uuid';
-import { auditStream } from '../../src/domain/audit/audit.js';
+import { AUDIT_EVENTS_RECORDED, auditStream } from '../../src/domain/audit/audit.js';
 import { exportStream } from '../../src/domain/export/export.js';
 import { EVENT_NAMES, type ResourceType, resourceStream } from '../../src/domain/fhir/resource.js';
 import { identifierKey, reservationStream } from '../../src/domain/reservation/reservation.js';
@@ -33,7 +33,7 @@ const hash = (text: string) => createHash('sha256').update(text).digest('hex');
 class LogBuilder {
   private nextId = 100;
   private clock = Date.parse('2026-01-05T07:00:00Z');
-  private readonly pendingAudit: NewEvent[] = [];
+  private readonly pendingAudit: { record: AuditRecord; metadata: EventMetadata }[] = [];
 
   private now(stepMs = 700): string {
     this.clock += stepMs;
@@ -55,7 +55,7 @@ class LogBuilder {
     return { id: uuidv4(), type, data, metadata };
   }
 
-  /** One AuditEventRecorded for a request, group committed with the next few. */
+  /** One AuditEvent record for a request, group committed with the next few. */
   private audit(
     interaction: string,
     action: AuditRecord['action'],
@@ -81,24 +81,28 @@ class LogBuilder {
       clientAddress: '10.1.2.3',
       requestId,
     };
-    this.pendingAudit.push(
-      this.event(
-        'AuditEventRecorded',
-        { record },
-        this.metadata({ type: 'system', id: 'audit' }, at, requestId),
-      ),
-    );
+    this.pendingAudit.push({
+      record,
+      metadata: this.metadata({ type: 'system', id: 'audit' }, at, requestId),
+    });
   }
 
-  /** The audit streams gathered so far (batches of up to 8 records, as a group commit makes). */
+  /**
+   * The audit streams gathered so far: batches of up to 8 records, each one `AuditEventsRecorded`
+   * event in its own stream, as the group commit writes them.
+   */
   flushAudit(): AppendRequest[] {
     const requests: AppendRequest[] = [];
-    while (this.pendingAudit.length > 0)
+    while (this.pendingAudit.length > 0) {
+      const batch = this.pendingAudit.splice(0, 8);
       requests.push({
         streamName: auditStream(uuidv4()),
-        events: this.pendingAudit.splice(0, 8),
+        events: [
+          this.event(AUDIT_EVENTS_RECORDED, { records: batch.map((b) => b.record) }, batch[0]!.metadata),
+        ],
         expectedState: 'no_stream',
       });
+    }
     return requests;
   }
 
