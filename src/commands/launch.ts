@@ -11,6 +11,7 @@
  * written (unless `updateDemographics`), only recorded.
  */
 import { v4 as uuidv4 } from 'uuid';
+import type { AuditRecord } from '../domain/audit/audit.js';
 import { DomainError } from '../domain/decider.js';
 import { launchDecider, launchStream } from '../domain/launch/launch.js';
 import type { Principal } from '../fhir/access.js';
@@ -37,6 +38,8 @@ export interface LaunchOutcome {
   readonly session: CreatedSession;
   /** Patient elements the link gave differently from the record (`birthDate`, `gender`). */
   readonly disagreements: readonly string[];
+  /** The AuditEvent appended with the launch, when `options.audit` gave one. */
+  readonly audited?: AuditRecord;
 }
 
 export interface LaunchOptions {
@@ -48,6 +51,8 @@ export interface LaunchOptions {
   readonly signature?: { readonly nonce: string; readonly ts: number; readonly key: number };
   /** Write a disagreeing date of birth or sex over the Patient's (LAUNCHER_UPDATE_DEMOGRAPHICS). */
   readonly updateDemographics: boolean;
+  /** The request's AuditEvent, appended with the launch (`execute`'s `audit` option). */
+  readonly audit?: (outcome: LaunchOutcome) => AuditRecord | undefined;
 }
 
 /**
@@ -68,106 +73,110 @@ export const launch = async (
   const tenantId = principal.tenantId;
   const { signature } = options;
   const stream = launchStream(signature?.nonce ?? uuidv4());
-  const { result } = await execute(ctx, async (uow) => {
-    // A used nonce is refused before anything else is decided.
-    if (signature && (await uow.load(stream, launchDecider)).status === 'accepted')
-      throw new DomainError('unauthorized', 'LaunchReplayed', 'the launch link was already used');
-    const patientId = await findByIdentifier(uow, 'Patient', tenantId, {
-      system: systems.patientSystem,
-      value: request.patient,
-    });
-    const patient =
-      patientId !== undefined ? await loadResource(uow, 'Patient', patientId, tenantId) : undefined;
-    const known = patient?.status === 'active' ? patient : undefined;
+  const { result, audited } = await execute<LaunchOutcome>(
+    ctx,
+    async (uow) => {
+      // A used nonce is refused before anything else is decided.
+      if (signature && (await uow.load(stream, launchDecider)).status === 'accepted')
+        throw new DomainError('unauthorized', 'LaunchReplayed', 'the launch link was already used');
+      const patientId = await findByIdentifier(uow, 'Patient', tenantId, {
+        system: systems.patientSystem,
+        value: request.patient,
+      });
+      const patient =
+        patientId !== undefined ? await loadResource(uow, 'Patient', patientId, tenantId) : undefined;
+      const known = patient?.status === 'active' ? patient : undefined;
 
-    // An encounter number names one patient's encounter: a launch never moves it to another.
-    const encounterId = await findByIdentifier(uow, 'Encounter', tenantId, {
-      system: systems.encounterSystem,
-      value: request.encounter,
-    });
-    if (encounterId !== undefined) {
-      const encounter = await loadResource(uow, 'Encounter', encounterId, tenantId);
-      const subject =
-        encounter.status === 'active' ? referenceId(encounter.resource.subject, 'Patient') : undefined;
-      if (encounter.status === 'active' && (known === undefined || subject !== patientId))
-        throw new DomainError(
-          'conflict',
-          'EncounterOfAnotherPatient',
-          `encounter ${request.encounter} belongs to another patient`,
-        );
-    }
+      // An encounter number names one patient's encounter: a launch never moves it to another.
+      const encounterId = await findByIdentifier(uow, 'Encounter', tenantId, {
+        system: systems.encounterSystem,
+        value: request.encounter,
+      });
+      if (encounterId !== undefined) {
+        const encounter = await loadResource(uow, 'Encounter', encounterId, tenantId);
+        const subject =
+          encounter.status === 'active' ? referenceId(encounter.resource.subject, 'Patient') : undefined;
+        if (encounter.status === 'active' && (known === undefined || subject !== patientId))
+          throw new DomainError(
+            'conflict',
+            'EncounterOfAnotherPatient',
+            `encounter ${request.encounter} belongs to another patient`,
+          );
+      }
 
-    // Demographics: filled in when missing; a disagreement is recorded, and written only on request.
-    const disagreements: string[] = [];
-    if (known) {
-      if (
-        request.dob !== undefined &&
-        known.resource.birthDate !== undefined &&
-        known.resource.birthDate !== request.dob
-      )
-        disagreements.push('birthDate');
-      if (
-        request.gender !== undefined &&
-        known.resource.gender !== undefined &&
-        known.resource.gender !== request.gender
-      )
-        disagreements.push('gender');
-    }
-    const effective: LaunchRequest =
-      options.updateDemographics || disagreements.length === 0
-        ? request
-        : {
-            ...request,
-            ...(disagreements.includes('birthDate') ? { dob: undefined } : {}),
-            ...(disagreements.includes('gender') ? { gender: undefined } : {}),
-          };
+      // Demographics: filled in when missing; a disagreement is recorded, and written only on request.
+      const disagreements: string[] = [];
+      if (known) {
+        if (
+          request.dob !== undefined &&
+          known.resource.birthDate !== undefined &&
+          known.resource.birthDate !== request.dob
+        )
+          disagreements.push('birthDate');
+        if (
+          request.gender !== undefined &&
+          known.resource.gender !== undefined &&
+          known.resource.gender !== request.gender
+        )
+          disagreements.push('gender');
+      }
+      const effective: LaunchRequest =
+        options.updateDemographics || disagreements.length === 0
+          ? request
+          : {
+              ...request,
+              ...(disagreements.includes('birthDate') ? { dob: undefined } : {}),
+              ...(disagreements.includes('gender') ? { gender: undefined } : {}),
+            };
 
-    const bundle = buildLaunchBundle(stripUndefined(effective), systems);
-    const response = await transaction(uow, principal, bundle);
-    const ids = readLaunchResponse(bundle, response);
-    const userId = ids.practitioners.get(sessionUserOf(request))!;
-    const session = await openSession(
-      uow,
-      client,
-      {
-        user: userId,
-        patient: ids.patientId,
-        encounter: ids.encounterId,
-        fhirContext: [],
-        deploymentMode: 'embedded',
-        postSubmitRedirect: options.postSubmitRedirect,
-      },
-      options.globalOrigins,
-    );
-    await uow.decide(
-      stream,
-      launchDecider,
-      {
-        type: 'AcceptLaunch',
-        signed: signature !== undefined,
-        ...(signature ? { key: signature.key, ts: signature.ts } : {}),
+      const bundle = buildLaunchBundle(stripUndefined(effective), systems);
+      const response = await transaction(uow, principal, bundle);
+      const ids = readLaunchResponse(bundle, response);
+      const userId = ids.practitioners.get(sessionUserOf(request))!;
+      const session = await openSession(
+        uow,
+        client,
+        {
+          user: userId,
+          patient: ids.patientId,
+          encounter: ids.encounterId,
+          fhirContext: [],
+          deploymentMode: 'embedded',
+          postSubmitRedirect: options.postSubmitRedirect,
+        },
+        options.globalOrigins,
+      );
+      await uow.decide(
+        stream,
+        launchDecider,
+        {
+          type: 'AcceptLaunch',
+          signed: signature !== undefined,
+          ...(signature ? { key: signature.key, ts: signature.ts } : {}),
+          patientId: ids.patientId,
+          encounterId: ids.encounterId,
+          taskId: ids.taskId,
+          taskCreated: ids.taskCreated,
+          sessionId: session.sessionId,
+          userId,
+          disagreements,
+          demographicsUpdated: options.updateDemographics && disagreements.length > 0,
+          now: uow.now,
+        },
+        { fresh: signature === undefined },
+      );
+      return {
         patientId: ids.patientId,
         encounterId: ids.encounterId,
         taskId: ids.taskId,
         taskCreated: ids.taskCreated,
-        sessionId: session.sessionId,
-        userId,
+        session,
         disagreements,
-        demographicsUpdated: options.updateDemographics && disagreements.length > 0,
-        now: uow.now,
-      },
-      { fresh: signature === undefined },
-    );
-    return {
-      patientId: ids.patientId,
-      encounterId: ids.encounterId,
-      taskId: ids.taskId,
-      taskCreated: ids.taskCreated,
-      session,
-      disagreements,
-    };
-  });
-  return result;
+      };
+    },
+    options.audit ? { audit: options.audit } : {},
+  );
+  return audited ? { ...result, audited } : result;
 };
 
 const stripUndefined = (request: LaunchRequest): LaunchRequest =>

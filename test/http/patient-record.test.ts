@@ -132,6 +132,12 @@ for (const database of testDatabases) {
       const records = events.flatMap((e) => auditEventsIn(e).map((x) => x.resource));
       expect(records.length).to.be.at.least(4);
       for (const r of records) expect(JSON.stringify(r)).to.include(`Patient/${a.id}`);
+      // Each launch's AuditEvent was committed with the launch itself.
+      const launchCommits = events.filter((e) => e.type === 'LaunchAccepted').map((e) => e.position.commit);
+      const launchAudits = events.filter((e) =>
+        auditEventsIn(e).some((x) => (x.resource as any).code.coding[0].code === 'launch'),
+      );
+      expect(launchAudits.map((e) => e.position.commit)).to.deep.equal(launchCommits);
       // In log order.
       const positions = events.map((e) => e.position);
       for (let i = 1; i < positions.length; i++)

@@ -12,7 +12,7 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
-import { launch } from '../../commands/launch.js';
+import { type LaunchOutcome, launch } from '../../commands/launch.js';
 import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
@@ -23,7 +23,7 @@ import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.j
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
 import { readResource } from '../../projections/resources.js';
 import { escapeHtml, layout } from '../app/layout.js';
-import { noteAgent, noteAudit } from '../audit.js';
+import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { globalRedirectOrigins, sessionFromCookie } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
 import { clientPrincipal, sessionPrincipal } from '../fhir/principal.js';
@@ -131,6 +131,16 @@ const submittedPage = (responseId: number, taskId: number, status: ExportStatus 
 };
 
 /** Builds the launcher's router (mounted at the path of {launch_url}). */
+/** What the AuditEvent of a launch names: the patient's resources it opened and its session. */
+const launchNote = (o: LaunchOutcome): AuditNote => ({
+  entities: [
+    { reference: `Patient/${o.patientId}`, patientId: o.patientId },
+    { reference: `Encounter/${o.encounterId}`, patientId: o.patientId },
+    { reference: `Task/${o.taskId}`, patientId: o.patientId },
+    { reference: `Session/${o.session.sessionId}`, patientId: o.patientId },
+  ],
+});
+
 export const launchRouter = (casebook: Casebook): Router => {
   const router = new Router();
 
@@ -176,6 +186,7 @@ export const launchRouter = (casebook: Casebook): Router => {
           globalOrigins: globalRedirectOrigins(casebook),
           ...(signature ? { signature } : {}),
           updateDemographics: launcher.updateDemographics,
+          audit: auditInline(casebook, ctx, (o: LaunchOutcome) => ({ status: 303, note: launchNote(o) })),
         },
       );
     } catch (error) {
@@ -183,14 +194,8 @@ export const launchRouter = (casebook: Casebook): Router => {
         throw new HttpError(401, 'LaunchNotTrusted', REFUSAL_TEXT.replayed);
       throw error;
     }
-    noteAudit(ctx, {
-      entities: [
-        { reference: `Patient/${outcome.patientId}`, patientId: outcome.patientId },
-        { reference: `Encounter/${outcome.encounterId}`, patientId: outcome.patientId },
-        { reference: `Task/${outcome.taskId}`, patientId: outcome.patientId },
-        { reference: `Session/${outcome.session.sessionId}`, patientId: outcome.patientId },
-      ],
-    });
+    auditedWith(ctx, outcome.audited);
+    noteAudit(ctx, launchNote(outcome));
     if (outcome.disagreements.length > 0)
       // An OperationOutcome warning in the log; the values themselves are patient data and stay out.
       casebook.logger.warn(
