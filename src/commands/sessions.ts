@@ -378,7 +378,9 @@ const TOKEN_PATTERN = /^(\d{1,10})\.[A-Za-z0-9_-]{43}$/;
  * GET|POST /sessions/$handover (docs/interface.md §4.1 handover rules, §3.1, §5 rule 3): activates the session,
  * deletes the token and issues the cookie. Exactly one of two racing handovers succeeds (the
  * append expects the revision read; the retry then sees the token used).
- * @returns the cookie value (only its hash is stored) and the session's expiry.
+ * @param audit the request's AuditEvent, appended with the handover (`execute`'s `audit` option).
+ * @returns the cookie value (only its hash is stored), the session's expiry, and the AuditEvent
+ *   appended with it (`audited`) when `audit` gave one.
  * @throws {DomainError} unauthorized (401) for an unknown, used or expired token; invalid (400)
  *   when `next` is not on an allowed origin — checked before anything is written.
  */
@@ -387,42 +389,43 @@ export const handOverSession = async (
   token: string,
   next: string,
   globalOrigins: readonly string[],
-): Promise<{
-  cookie: string;
-  expiresAt: string;
-  sessionId: number;
-  next: string;
-  tenantId: number;
-  userId: number;
-  patientId: number | null;
-}> => {
+  audit?: (handedOver: HandedOver) => AuditRecord | undefined,
+): Promise<
+  HandedOver & { cookie: string; expiresAt: string; next: string; readonly audited?: AuditRecord }
+> => {
   const match = TOKEN_PATTERN.exec(token);
   if (!match)
     throw new DomainError('unauthorized', 'HandoverTokenInvalid', 'the handover token is not valid');
   const sessionId = Number(match[1]);
   const stream = sessionStream(sessionId);
   const cookie = randomToken();
-  const { result } = await execute(ctx, async (uow) => {
-    const state = await uow.load(stream, sessionDecider);
-    // Bad tokens are refused (401) before `next` is judged.
-    await uow.decide(stream, sessionDecider, {
-      type: 'HandOverSession',
-      tokenHash: hashToken(token),
-      cookieHash: hashToken(cookie),
-      now: uow.now,
-    });
-    if (state.status === 'none') throw new Error('unreachable: decide refuses a missing session');
-    uow.setCause({ tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } });
-    const tenant = await loadTenant(uow, state.tenantId);
-    const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
-    return {
-      expiresAt: state.expiresAt,
-      target,
-      tenantId: state.tenantId,
-      userId: state.userId,
-      patientId: state.patientId,
-    };
-  });
+  const { result, audited } = await execute(
+    ctx,
+    async (uow) => {
+      const state = await uow.load(stream, sessionDecider);
+      // Bad tokens are refused (401) before `next` is judged.
+      await uow.decide(stream, sessionDecider, {
+        type: 'HandOverSession',
+        tokenHash: hashToken(token),
+        cookieHash: hashToken(cookie),
+        now: uow.now,
+      });
+      if (state.status === 'none') throw new Error('unreachable: decide refuses a missing session');
+      uow.setCause({ tenantId: state.tenantId, actor: { type: 'session', id: String(sessionId) } });
+      const tenant = await loadTenant(uow, state.tenantId);
+      const target = checkRedirect(next, [...globalOrigins, ...tenant.redirectOrigins], 'next');
+      return {
+        expiresAt: state.expiresAt,
+        target,
+        tenantId: state.tenantId,
+        userId: state.userId,
+        patientId: state.patientId,
+      };
+    },
+    audit
+      ? { audit: (r) => audit({ sessionId, tenantId: r.tenantId, userId: r.userId, patientId: r.patientId }) }
+      : {},
+  );
   return {
     cookie,
     expiresAt: result.expiresAt,
@@ -431,16 +434,36 @@ export const handOverSession = async (
     tenantId: result.tenantId,
     userId: result.userId,
     patientId: result.patientId,
+    ...(audited ? { audited } : {}),
   };
 };
+
+/** The session a handover opened in the browser. */
+export interface HandedOver {
+  readonly sessionId: number;
+  readonly tenantId: number;
+  readonly userId: number;
+  readonly patientId: number | null;
+}
 
 /**
  * DELETE /sessions/{id} (docs/interface.md §3.1, §5 rule 1): ends the session; its cookie stops working at once.
  * Ending an ended session changes nothing.
+ * @param audit the request's AuditEvent, appended with the end (`execute`'s `audit` option).
+ * @returns the AuditEvent appended with it (`audited`), when the session was ended now.
  * @throws {DomainError} not_found (404) for a missing session or one of another tenant.
  */
-export const endSession = async (ctx: CommandContext, sessionId: number, tenantId: number): Promise<void> => {
-  await execute(ctx, (uow) =>
-    uow.decide(sessionStream(sessionId), sessionDecider, { type: 'EndSession', tenantId, now: uow.now }),
+export const endSession = async (
+  ctx: CommandContext,
+  sessionId: number,
+  tenantId: number,
+  audit?: () => AuditRecord | undefined,
+): Promise<{ readonly audited?: AuditRecord }> => {
+  const { audited } = await execute(
+    ctx,
+    (uow) =>
+      uow.decide(sessionStream(sessionId), sessionDecider, { type: 'EndSession', tenantId, now: uow.now }),
+    audit ? { audit } : {},
   );
+  return audited ? { audited } : {};
 };

@@ -70,18 +70,30 @@ const defaultEntities = (ctx: Context): AuditEntity[] => {
  * The middleware: runs the request, then records its AuditEvent before the response is sent.
  * @param audited which requests are audited (by path).
  */
+/** Who acted, when the command is what tells (a handover: the session its token names). */
+export interface AuditWho {
+  readonly agent: AuditAgent;
+  readonly tenantId: number | null;
+}
+
 /** The AuditRecord of the request as noted so far, answered with `status`. */
-const recordOf = (casebook: Casebook, ctx: Context, status: number, note: AuditNote): AuditRecord => {
+const recordOf = (
+  casebook: Casebook,
+  ctx: Context,
+  status: number,
+  note: AuditNote,
+  who?: AuditWho,
+): AuditRecord => {
   // A FHIR operation (`$name`) is an execute (E) unless its route says otherwise ($everything: R).
   const action = note.action ?? (ctx.path.includes('/$') ? 'E' : (ACTIONS[ctx.method] ?? 'E'));
   return {
     id: uuidv4(),
-    tenantId: (ctx.state.auditTenant as number | null | undefined) ?? null,
+    tenantId: who ? who.tenantId : ((ctx.state.auditTenant as number | null | undefined) ?? null),
     interaction: note.interaction ?? defaultInteraction(ctx, action),
     action,
     recorded: casebook.clock().toISOString(),
     status,
-    agent: (ctx.state.auditAgent as AuditAgent | undefined) ?? { kind: 'anonymous' },
+    agent: who?.agent ?? (ctx.state.auditAgent as AuditAgent | undefined) ?? { kind: 'anonymous' },
     entities: note.entities ?? defaultEntities(ctx),
     ...(ctx.ip ? { clientAddress: ctx.ip } : {}),
     ...(ctx.state.requestId ? { requestId: ctx.state.requestId as string } : {}),
@@ -97,16 +109,26 @@ const recordOf = (casebook: Casebook, ctx: Context, status: number, note: AuditN
  * @returns undefined when the request is not audited (a path outside the audited hosts).
  */
 export const auditInline =
-  <R>(casebook: Casebook, ctx: Context, answer: (result: R) => { status: number; note: AuditNote }) =>
+  <R>(
+    casebook: Casebook,
+    ctx: Context,
+    answer: (result: R) => { status: number; note: AuditNote; who?: AuditWho },
+  ) =>
   (result: R): AuditRecord | undefined => {
     if (!ctx.state.audited) return undefined;
-    const { status, note } = answer(result);
+    const { status, note, who } = answer(result);
     const previous = (ctx.state.audit ?? {}) as AuditNote;
-    return recordOf(casebook, ctx, status, {
-      ...previous,
-      ...note,
-      ...(note.entities ? { entities: [...(previous.entities ?? []), ...note.entities] } : {}),
-    });
+    return recordOf(
+      casebook,
+      ctx,
+      status,
+      {
+        ...previous,
+        ...note,
+        ...(note.entities ? { entities: [...(previous.entities ?? []), ...note.entities] } : {}),
+      },
+      who,
+    );
   };
 
 /** Tells the middleware that `record` (from {@link auditInline}) was appended with the write. */

@@ -125,10 +125,10 @@ for (const database of testDatabases) {
       ]);
     });
 
-    it('appends the AuditEvent of a write, and of a session, in the same transaction as the write', async () => {
+    it("appends the AuditEvent of a write, and of a session's creation, handover and end, in the same transaction", async () => {
       const before = (await app.allEvents({ audit: true })).length;
       const patient = await newPatient();
-      await sessionCookie(app, {
+      const { session } = await sessionCookie(app, {
         fhirContext: [
           {
             type: 'Practitioner',
@@ -137,6 +137,11 @@ for (const database of testDatabases) {
           },
         ],
       });
+      const ended = await fetch(`${app.authUrl}/sessions/${session.id}`, {
+        method: 'DELETE',
+        headers: { authorization: GENERAL },
+      });
+      expect(ended.status).to.equal(204);
       const events = (await app.allEvents({ audit: true })).slice(before);
       const commitOf = (type: string) => events.find((e) => e.type === type)!.position.commit;
       const audits = events.filter((e) => e.type === 'AuditEventsRecorded');
@@ -148,12 +153,19 @@ for (const database of testDatabases) {
         auditEventsIn(auditOf('create')).map((a) => (a.resource as any).entity[0].what.reference),
       ).to.deep.equal([`Patient/${patient.id}`]);
       expect(auditOf('session-create').position.commit).to.equal(commitOf('SessionCreated'));
+      expect(auditOf('session-handover').position.commit).to.equal(commitOf('SessionHandedOver'));
+      expect(auditOf('session-end').position.commit).to.equal(commitOf('SessionEnded'));
+      // The handover's agent is the session its token named, in the session's tenant.
+      const handover = auditEventsIn(auditOf('session-handover'))[0]!.resource as any;
+      expect(JSON.stringify(handover.agent)).to.include(String(session.id));
+      expect(auditOf('session-handover').metadata.tenantId).to.equal(1);
       // Exactly one AuditEvent per request: none recorded again by the group commit.
       const codes = audits.flatMap((e) =>
         auditEventsIn(e).map((a) => (a.resource as any).code.coding[0].code),
       );
       expect(codes.filter((c) => c === 'create')).to.have.length(1);
-      expect(codes.filter((c) => c === 'session-create')).to.have.length(1);
+      for (const code of ['session-create', 'session-handover', 'session-end'])
+        expect(codes.filter((c) => c === code)).to.have.length(1);
     });
 
     it('records writes, sessions and their handover, and an unauthenticated attempt', async () => {

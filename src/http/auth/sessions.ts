@@ -6,7 +6,13 @@ import { parseCookie, stringifySetCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { hashToken } from '../../commands/secrets.js';
-import { type CreatedSession, createSession, endSession, handOverSession } from '../../commands/sessions.js';
+import {
+  type CreatedSession,
+  createSession,
+  endSession,
+  type HandedOver,
+  handOverSession,
+} from '../../commands/sessions.js';
 import { findSession, findSessionByCookie, type SessionRow } from '../../projections/sessions.js';
 import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
@@ -142,13 +148,25 @@ export const sessionsRouter = (casebook: Casebook): Router => {
       requestId: requestId(ctx),
     });
     noteAudit(ctx, { interaction: 'session-handover', action: 'U' });
-    const result = await handOverSession(command, token, next, globalRedirectOrigins(casebook));
-    noteAgent(
-      ctx,
-      { kind: 'session', sessionId: result.sessionId, practitionerId: result.userId },
-      result.tenantId,
+    const handedOver = (h: HandedOver) => ({
+      agent: { kind: 'session', sessionId: h.sessionId, practitionerId: h.userId } as const,
+      tenantId: h.tenantId,
+      entities: [{ reference: `Session/${h.sessionId}`, patientId: h.patientId }],
+    });
+    const result = await handOverSession(
+      command,
+      token,
+      next,
+      globalRedirectOrigins(casebook),
+      auditInline(casebook, ctx, (h: HandedOver) => {
+        const { agent, tenantId, entities } = handedOver(h);
+        return { status: 303, note: { entities }, who: { agent, tenantId } };
+      }),
     );
-    noteAudit(ctx, { entities: [{ reference: `Session/${result.sessionId}`, patientId: result.patientId }] });
+    auditedWith(ctx, result.audited);
+    const { agent, tenantId, entities } = handedOver(result);
+    noteAgent(ctx, agent, tenantId);
+    noteAudit(ctx, { entities });
     ctx.status = 303;
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Referrer-Policy', 'no-referrer');
@@ -210,7 +228,13 @@ export const sessionsRouter = (casebook: Casebook): Router => {
       action: 'D',
       entities: [{ reference: `Session/${sessionIdParam(ctx)}` }],
     });
-    await endSession(command, sessionIdParam(ctx), client.tenantId);
+    const { audited } = await endSession(
+      command,
+      sessionIdParam(ctx),
+      client.tenantId,
+      auditInline<void>(casebook, ctx, () => ({ status: 204, note: {} })),
+    );
+    auditedWith(ctx, audited);
     ctx.status = 204;
   });
 
