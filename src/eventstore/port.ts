@@ -196,7 +196,11 @@ export interface EventStore {
    * as they become visible, until `signal` aborts. Never skips an event that commits late.
    */
   subscribeToAll(options?: SubscribeOptions): AsyncIterable<RecordedEvent>;
-  /** Position of the last visible event in `$all`, or undefined for an empty log. */
+  /**
+   * Position of the last event committed so far in `$all` (a subscriber may show it only once
+   * earlier transactions end), or undefined for an empty log. Waiting until a reader reaches it is
+   * read-your-writes for everything committed before the call.
+   */
   headPosition(): Promise<Position | undefined>;
   /** Releases connections. */
   close(): Promise<void>;

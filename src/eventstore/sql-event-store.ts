@@ -520,9 +520,11 @@ export class SqlEventStore implements EventStore {
 
   /** Position of the last visible event in `$all` (same visibility as {@link readAll}). */
   async headPosition(): Promise<Position | undefined> {
+    // Every committed event, not only those below the snapshot's xmin: a transaction still open
+    // anywhere in the cluster holds xmin back, and a head below events already committed would
+    // let a read-your-writes wait (the AuditEvent search) end before them.
     const [row] = await this.sql.query<{ commit_text: string; position_text: string }>(
       `SELECT transaction_id::text AS commit_text, position::text AS position_text FROM es_events
-        WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
         ORDER BY transaction_id DESC, position DESC LIMIT 1`,
     );
     return row ? { commit: BigInt(row.commit_text), prepare: BigInt(row.position_text) } : undefined;

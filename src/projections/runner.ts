@@ -800,7 +800,10 @@ export class ProjectionRunner {
   private async applyDeferred(batch: readonly RecordedEvent[]): Promise<boolean> {
     if (batch.length === 0) return true;
     const last = batch.at(-1)!.position;
-    return this.sql.transaction(async (tx) => {
+    // What each projection reached, told to read-your-writes waiters only once it is committed:
+    // noted inside the transaction, a search could read the view before the rows are visible.
+    const reached: [string, Position][] = [];
+    const live = await this.sql.transaction(async (tx) => {
       const rows = await tx.query<{ name: string; status: string; checkpoint: string | null }>(
         `SELECT name, status, checkpoint FROM projection_state WHERE name = ANY ($1::text[]) ORDER BY name FOR UPDATE`,
         [[...this.deferred]],
@@ -810,17 +813,19 @@ export class ProjectionRunner {
       for (const row of rows) {
         const checkpoint = row.checkpoint ? parsePosition(row.checkpoint) : undefined;
         if (checkpoint && comparePositions(checkpoint, last) >= 0) {
-          this.noteDeferred(row.name, checkpoint);
+          reached.push([row.name, checkpoint]);
           continue;
         }
         checkpoints.set(row.name, checkpoint);
       }
       const names = [...checkpoints.keys()];
       if (names.length > 0) await this.applyCatchUp(batch, checkpoints, tx);
-      for (const name of checkpoints.keys()) this.noteDeferred(name, last);
+      for (const name of checkpoints.keys()) reached.push([name, last]);
       // A projection that failed on the batch was stopped (and left `checkpoints`).
       return names.every((name) => checkpoints.has(name));
     });
+    for (const [name, position] of reached) this.noteDeferred(name, position);
+    return live;
   }
 
   private noteDeferred(name: string, position: Position): void {

@@ -203,3 +203,38 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
     });
   });
 });
+
+describe('SqlEventStore on postgres: the head of the log', () => {
+  const postgres = testDatabases.find((d) => d.name === 'postgres')!;
+  let db: OpenedDatabase;
+
+  before(async () => {
+    db = await postgres.open();
+  });
+  after(async () => {
+    await db?.dispose();
+  });
+
+  it('gives as head the last committed event even while an older transaction holds readers back', async () => {
+    const store = await SqlEventStore.open(db.sql);
+    const blocker = await db.reopen();
+    try {
+      await blocker.withConnection(async (conn) => {
+        // An open transaction with an xid: $all readers stop below it until it ends.
+        await conn.query('BEGIN');
+        await conn.query('SELECT pg_current_xact_id()');
+        try {
+          const { position } = await store.append(`head-${uuid()}`, [newEvent(0, 0, 0)], 'no_stream');
+          expect(comparePositions((await store.headPosition())!, position)).to.equal(0);
+          const seen = await store.readAll({ maxCount: 100_000 });
+          expect(seen.some((e) => comparePositions(e.position, position) === 0)).to.equal(false);
+        } finally {
+          await conn.query('ROLLBACK');
+        }
+      });
+    } finally {
+      await blocker.close();
+      await store.close();
+    }
+  });
+});

@@ -137,6 +137,22 @@ for (const database of testDatabases) {
           },
         ],
       });
+      const bundle = await fhir(app, 'POST', '/', {
+        body: {
+          resourceType: 'Bundle',
+          type: 'transaction',
+          entry: [
+            {
+              resource: {
+                resourceType: 'Patient',
+                identifier: [{ system: 'urn:audit:mrn', value: unique('tx') }],
+              },
+              request: { method: 'POST', url: 'Patient' },
+            },
+          ],
+        },
+      });
+      expect(bundle.status).to.equal(200);
       const ended = await fetch(`${app.authUrl}/sessions/${session.id}`, {
         method: 'DELETE',
         headers: { authorization: GENERAL },
@@ -155,6 +171,12 @@ for (const database of testDatabases) {
       expect(auditOf('session-create').position.commit).to.equal(commitOf('SessionCreated'));
       expect(auditOf('session-handover').position.commit).to.equal(commitOf('SessionHandedOver'));
       expect(auditOf('session-end').position.commit).to.equal(commitOf('SessionEnded'));
+      const transactionAudit = auditOf('transaction');
+      const txPatient = events.filter((e) => e.type === 'PatientRegistered')[1]!;
+      expect(transactionAudit.position.commit).to.equal(txPatient.position.commit);
+      expect(
+        auditEventsIn(transactionAudit).map((x) => (x.resource as any).entity[0].what.reference),
+      ).to.deep.equal([`Patient/${(txPatient.data as { id: number }).id}`]);
       // The handover's agent is the session its token named, in the session's tenant.
       const handover = auditEventsIn(auditOf('session-handover'))[0]!.resource as any;
       expect(JSON.stringify(handover.agent)).to.include(String(session.id));
@@ -164,7 +186,7 @@ for (const database of testDatabases) {
         auditEventsIn(e).map((a) => (a.resource as any).code.coding[0].code),
       );
       expect(codes.filter((c) => c === 'create')).to.have.length(1);
-      for (const code of ['session-create', 'session-handover', 'session-end'])
+      for (const code of ['session-create', 'session-handover', 'session-end', 'transaction'])
         expect(codes.filter((c) => c === code)).to.have.length(1);
     });
 

@@ -76,6 +76,24 @@ const versionsEntity = (
   };
 };
 
+/** What a transaction-response Bundle touched: each entry's resource, with its patient. */
+const transactionEntities = (bundle: Record<string, unknown>): AuditEntity[] => {
+  const entries = (bundle.entry ?? []) as {
+    resource?: Record<string, unknown>;
+    response: { location?: string };
+  }[];
+  return entries.flatMap((e) => {
+    const reference = e.response.location?.split('/_history')[0];
+    if (typeof reference !== 'string') return [];
+    const r = e.resource;
+    const patientId =
+      r && isResourceType(String(r.resourceType))
+        ? (compartmentOf(r.resourceType as ResourceType, Number(r.id), r).patientId ?? null)
+        : null;
+    return [{ reference, patientId }];
+  });
+};
+
 /** Builds the router of the data server (mounted at the path of {fhir_base_url}). */
 export const fhirRouter = (casebook: Casebook): Router => {
   const router = new Router();
@@ -96,23 +114,18 @@ export const fhirRouter = (casebook: Casebook): Router => {
     requireFhirJson(ctx);
     const principal = await resolvePrincipal(ctx, casebook);
     noteAudit(ctx, { interaction: 'transaction', action: 'E' });
-    const { result } = await execute(contextFor(ctx, principal), (uow) =>
-      transaction(uow, principal, ctx.request.body),
+    const { result, audited } = await execute(
+      contextFor(ctx, principal),
+      (uow) => transaction(uow, principal, ctx.request.body),
+      {
+        audit: auditInline(casebook, ctx, (r: Record<string, unknown>) => ({
+          status: 200,
+          note: { entities: transactionEntities(r) },
+        })),
+      },
     );
-    const touched = (
-      (result.entry ?? []) as { resource?: Record<string, unknown>; response: { location?: string } }[]
-    )
-      .map((e) => e.response.location?.split('/_history')[0])
-      .filter((ref): ref is string => typeof ref === 'string');
-    const patients = ((result.entry ?? []) as { resource?: Record<string, unknown> }[]).map((e) => {
-      const r = e.resource;
-      return r && isResourceType(String(r.resourceType))
-        ? (compartmentOf(r.resourceType as ResourceType, Number(r.id), r).patientId ?? null)
-        : null;
-    });
-    noteAudit(ctx, {
-      entities: touched.map((reference, i) => ({ reference, patientId: patients[i] ?? null })),
-    });
+    auditedWith(ctx, audited);
+    noteAudit(ctx, { entities: transactionEntities(result) });
     ctx.type = FHIR_JSON;
     ctx.body = result;
   });
