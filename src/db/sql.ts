@@ -49,7 +49,7 @@ const statementNames = new Map<string, string>();
  * unnamed (the simple protocol may carry several statements), and so does every statement past
  * the first {@link MAX_NAMED_STATEMENTS} distinct texts, which bounds what each connection keeps.
  */
-export const preparedQuery = (text: string, values: readonly unknown[]): pg.QueryConfig => {
+const preparedQuery = (text: string, values: readonly unknown[]): pg.QueryConfig => {
   if (values.length === 0) return { text };
   let name = statementNames.get(text);
   if (name === undefined) {

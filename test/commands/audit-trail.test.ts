@@ -8,7 +8,6 @@
 import { expect } from 'chai';
 import { v4 as uuid } from 'uuid';
 import { AuditTrail } from '../../src/commands/audit.js';
-import type { CommandContext } from '../../src/commands/context.js';
 import {
   AUDIT_EVENTS_RECORDED,
   type AuditEventsRecordedData,
@@ -19,6 +18,7 @@ import type { EventStore } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { patientEvents } from '../../src/queries/patient-events.js';
+import { testCommandContext } from '../support/commands.js';
 import { testDatabases } from '../support/databases.js';
 import { given } from '../support/given.js';
 
@@ -63,19 +63,12 @@ for (const db of testDatabases) {
       const store = await SqlEventStore.open(opened.sql);
       cleanups.push(() => store.close());
       const appends: number[] = [];
-      const context = (over: EventStore = store): CommandContext => ({
-        store: over,
-        sql: opened.sql,
-        tenantId: null,
-        actor: { type: 'system', id: 'casebook-audit' },
-        correlationId: uuid(),
-        causationId: null,
-        requestId: null,
-        now: new Date('2026-03-01T10:00:00.000Z'),
-        afterAppend: async (_position, events) => {
-          appends.push(events.length);
-        },
-      });
+      const context = (over: EventStore = store) =>
+        testCommandContext(over, opened.sql, appends, {
+          tenantId: null,
+          actor: { type: 'system', id: 'casebook-audit' },
+          requestId: null,
+        });
       const batches = async () => (await store.readAll()).filter((e) => e.type === AUDIT_EVENTS_RECORDED);
       return { store, context, appends, batches };
     };

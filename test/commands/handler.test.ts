@@ -5,11 +5,11 @@
  */
 import { expect } from 'chai';
 import { v4 as uuid } from 'uuid';
-import type { CommandContext } from '../../src/commands/context.js';
 import { execute } from '../../src/commands/handler.js';
 import { type Decider, DomainError, type Event } from '../../src/domain/decider.js';
 import { WrongExpectedVersion } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
+import { testCommandContext } from '../support/commands.js';
 import { testDatabases } from '../support/databases.js';
 
 /** A counter aggregate: `Increment` by n; refuses to pass `limit`. */
@@ -37,19 +37,7 @@ for (const db of testDatabases) {
       const store = await SqlEventStore.open(opened.sql);
       cleanups.push(() => store.close());
       const appends: number[] = [];
-      const ctx: CommandContext = {
-        store,
-        sql: opened.sql,
-        tenantId: 7,
-        actor: { type: 'system', id: 'handler-test' },
-        correlationId: uuid(),
-        causationId: null,
-        requestId: 'req-1',
-        now: new Date('2026-03-01T10:00:00.000Z'),
-        afterAppend: async (_position, events) => {
-          appends.push(events.length);
-        },
-      };
+      const ctx = testCommandContext(store, opened.sql, appends);
       return { store, ctx, appends };
     };
 
