@@ -1,6 +1,6 @@
 /**
  * docs/architecture.md "Event store": a `$all` subscriber on postgres never skips an event that commits out of order.
- * Twenty appenders on their own pools append concurrently, some holding their transaction open
+ * Twelve appenders on their own small pools append concurrently, some holding their transaction open
  * (pg_sleep) after it took its xid, so transactions commit out of xid and position order, while
  * one subscriber from the start collects everything.
  */
@@ -16,8 +16,10 @@ import {
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
 
-const APPENDERS = 20;
-const ITERATIONS = 25;
+const APPENDERS = 12;
+/** Connections per appender's pool: its transaction and the store's own query beside it. */
+const APPENDER_POOL_MAX = 2;
+const ITERATIONS = 40;
 const EVENTS_PER_ITERATION = 2;
 const STREAMS = Array.from({ length: 40 }, (_, i) => `concurrency-${i}-${uuid()}`);
 const TOTAL = APPENDERS * ITERATIONS * EVENTS_PER_ITERATION;
@@ -98,10 +100,10 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
 
     try {
       const appended: string[] = [];
-      const pools = await Promise.all(Array.from({ length: APPENDERS }, () => db.reopen()));
+      const pools = await Promise.all(Array.from({ length: APPENDERS }, () => db.reopen(APPENDER_POOL_MAX)));
       await Promise.all(pools.map((sql, appender) => runAppender(sql, appender, appended)));
       // Their connections are not needed any more: give them back before the next tests open theirs
-      // (PostgreSQL allows 100 clients; twenty idle pools kept them until the suite's end).
+      // (PostgreSQL allows 100 clients; idle pools keep theirs for ten seconds).
       await Promise.all(pools.map((sql) => sql.close()));
       expect(appended.length).to.equal(TOTAL);
 
@@ -157,7 +159,7 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
       });
 
     it('refuses it on another stream with EventIdConflict once the first commits', async () => {
-      const [first, second] = [await db.reopen(), await db.reopen()];
+      const [first, second] = [await db.reopen(2), await db.reopen(2)];
       const store = await SqlEventStore.open(second);
       const event = newEvent(0, 0, 0);
       const one = `race-${uuid()}`;
@@ -183,7 +185,7 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
     });
 
     it('answers the second append on the same stream as a replay of the first', async () => {
-      const [first, second] = [await db.reopen(), await db.reopen()];
+      const [first, second] = [await db.reopen(2), await db.reopen(2)];
       const store = await SqlEventStore.open(second);
       const event = newEvent(0, 0, 1);
       const stream = `race-${uuid()}`;

@@ -10,8 +10,12 @@ export const POSTGRES_TEST_URL = process.env.TEST_DATABASE_URL ?? 'postgres://po
 
 export interface OpenedDatabase {
   readonly sql: Sql;
-  /** Opens another connection to the same database (a second process would). */
-  readonly reopen: () => Promise<Sql>;
+  /**
+   * Opens another pool on the same database (a second process would), of at most `max`
+   * connections (default 10; PGlite has one connection and ignores it). Tests that open many
+   * pools keep `max` small: the server allows 100 clients for the whole suite.
+   */
+  readonly reopen: (max?: number) => Promise<Sql>;
   readonly dispose: () => Promise<void>;
 }
 
@@ -40,8 +44,8 @@ const postgres: TestDatabase = {
     await admin.exec(`CREATE SCHEMA ${schema}`);
     await admin.close();
     const opened: Sql[] = [];
-    const reopen = async () => {
-      const sql = new PostgresSql(POSTGRES_TEST_URL, { searchPath: schema });
+    const reopen = async (max?: number) => {
+      const sql = new PostgresSql(POSTGRES_TEST_URL, { searchPath: schema, ...(max ? { max } : {}) });
       opened.push(sql);
       return sql;
     };
