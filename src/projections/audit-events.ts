@@ -70,7 +70,7 @@ export const auditEventsProjection: Projection = {
     CREATE INDEX IF NOT EXISTS rm_audit_events_patients ON rm_audit_events USING gin (patients);
     CREATE INDEX IF NOT EXISTS rm_audit_events_entities ON rm_audit_events USING gin (entities);
     CREATE INDEX IF NOT EXISTS rm_audit_events_agents ON rm_audit_events USING gin (agents);`),
-  handles: (type) => isAuditEventType(type),
+  handles: (type) => process.env.SCRATCH_NO_VIEW !== '1' && isAuditEventType(type),
   // The AuditEvent is in the log either way: a stopped search view must not stop the service.
   refuseWritesWhenStopped: false,
   deferred: true,

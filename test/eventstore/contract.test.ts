@@ -129,6 +129,33 @@ function contract(name: string, factory: () => Promise<ContractSubject>, options
         expect(wrong.actual).to.equal(1n);
         expect(ids(await store.readStream(stream))).to.deep.equal(ids(first));
       });
+
+      it('lets one of ten concurrent appends create a stream; the others get WrongExpectedVersion', async () => {
+        const stream = streamName();
+        const batches = Array.from({ length: 10 }, () => events(2));
+        const outcomes = await Promise.allSettled(batches.map((b) => store.append(stream, b, 'no_stream')));
+        const won = outcomes.flatMap((o, i) => (o.status === 'fulfilled' ? [i] : []));
+        expect(won).to.have.length(1);
+        for (const outcome of outcomes)
+          if (outcome.status === 'rejected') {
+            expect(outcome.reason).to.be.instanceOf(WrongExpectedVersion);
+            expect((outcome.reason as WrongExpectedVersion).actual).to.equal(1n);
+          }
+        const read = await store.readStream(stream);
+        expect(ids(read)).to.deep.equal(ids(batches[won[0]!]!));
+        expect(read.map((e) => e.revision)).to.deep.equal([0n, 1n]);
+      });
+
+      it('answers the same events appended again to their new stream as a replay, not a conflict', async () => {
+        const stream = streamName();
+        const written = events(3);
+        const first = await store.append(stream, written, 'no_stream');
+        const again = await store.append(stream, written, 'no_stream');
+        expect(again).to.deep.equal(first);
+        const other = await rejection(store.append(streamName(), written, 'no_stream'));
+        expect(other).to.be.instanceOf(EventIdConflict);
+        expect(ids(await store.readStream(stream))).to.deep.equal(ids(written));
+      });
     });
 
     describe('append with exists', () => {

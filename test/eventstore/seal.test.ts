@@ -213,6 +213,37 @@ for (const database of testDatabases) {
       }
     });
 
+    it('seals full batches in one background pass and leaves what arrives meanwhile to the next', async () => {
+      for (let s = 0; s < 10; s++) await store.append(`pass-${s}`, [event(300 + s)], 'no_stream');
+      // A steady load: every read of the log is followed by another append.
+      let appended = 0;
+      const busy = new Proxy(store, {
+        get(target, name, receiver) {
+          if (name !== 'readAll') return Reflect.get(target, name, receiver);
+          return async (...args: Parameters<SqlEventStore['readAll']>) => {
+            const events = await target.readAll(...args);
+            await target.append(`busy-${appended}`, [event(400 + appended++)], 'no_stream');
+            return events;
+          };
+        },
+      });
+      const passing = new Sealer(busy, opened.sql, pino({ level: 'silent' }), { batch: 7 });
+      // 10 new events: a full batch of 7, then the 3 left and the appends made meanwhile (4 by then).
+      const first = await passing.sealPass();
+      expect(first).to.be.within(10, 12);
+      expect(appended).to.equal(2);
+      expect((await verifyLog(store, opened.sql)).sealed).to.equal(30 + first);
+      // The next pass seals what arrived after; the log verifies throughout.
+      const second = await passing.sealPass();
+      expect(second).to.be.within(1, 2);
+      // (The append after the pass's last read is left unsealed; its test timestamp is months old.)
+      expect(await verifyLog(store, opened.sql, { maxUnsealedAgeMs: Infinity })).to.deep.include({
+        ok: true,
+        sealed: 30 + first + second,
+        unsealed: 1,
+      });
+    });
+
     it('two sealers at once seal every event exactly once', async () => {
       for (let s = 0; s < 20; s++) await store.append(`more-${s}`, [event(100 + s)], 'no_stream');
       const other = new Sealer(await SqlEventStore.open(opened.sql), opened.sql, pino({ level: 'silent' }), {

@@ -297,5 +297,36 @@ for (const db of testDatabases) {
       expect(error).to.be.instanceOf(ReadModelUnavailable);
       expect((error as Error).message).to.match(/newer casebook version/);
     });
+
+    it('refuses too an append to a new stream that no inline projection needs (the plain statement)', async () => {
+      const { store, sql } = await open();
+      const event = (): NewEvent => ({
+        id: uuid(),
+        type: 'UnprojectedNoteRecorded',
+        data: { note: 1 },
+        metadata: {
+          tenantId: 1,
+          actor: { type: 'system', id: 'inline-test' },
+          correlationId: uuid(),
+          causationId: null,
+          requestId: null,
+          recordedAt: NOW,
+        },
+      });
+      // Accepted while every live projection is known…
+      const first = `note-${uuid()}`;
+      expect((await store.append(first, [event()], 'no_stream')).nextRevision).to.equal(0n);
+      await sql.query(`INSERT INTO projection_state (name, status) VALUES ('audit-v9', 'live')`);
+      // …refused, writing nothing, once a newer version's read model is live.
+      const second = `note-${uuid()}`;
+      const error = await store.append(second, [event(), event()], 'no_stream').then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).to.be.instanceOf(ReadModelUnavailable);
+      expect((error as Error).message).to.match(/newer casebook version/);
+      expect(await store.readStream(second)).to.deep.equal([]);
+      expect(await sql.query(`SELECT 1 FROM es_streams WHERE stream_name = $1`, [second])).to.deep.equal([]);
+    });
   });
 }
