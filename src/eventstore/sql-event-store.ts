@@ -16,7 +16,8 @@
  * An append is one round trip: the plpgsql function `es_append` locks the streams in name order,
  * checks idempotency and expected states, inserts the events and reports the state of every
  * projection. The {@link AppendHook} (casebook's inline projections) then runs in the same
- * transaction, so the read models commit together with the events.
+ * transaction, so the read models commit together with the events. An append to a new stream that
+ * no inline projection needs is one plain statement instead (APPEND_NEW_STREAM).
  */
 import { Subject, type Subscription } from 'rxjs';
 import type { Sql } from '../db/sql.js';
@@ -229,8 +230,9 @@ const APPEND_NEW_STREAM = `WITH guard AS (
       JOIN json_array_elements($3::json) WITH ORDINALITY AS d(value, n) ON d.n = x.n
      WHERE guard.ok
     RETURNING revision, transaction_id, position)
-  SELECT revision::text AS revision, transaction_id::text AS commit, position::text AS position
-    FROM inserted ORDER BY revision`;
+  SELECT i.revision::text AS revision_text, i.transaction_id::text AS commit_text,
+         i.position::text AS position_text
+    FROM inserted i ORDER BY i.revision`;
 
 /** Position reported for an append that wrote nothing to a stream that has no events. */
 const START: Position = { commit: 0n, prepare: 0n };
@@ -625,17 +627,22 @@ export class SqlEventStore implements EventStore {
     wakeOthers = true,
   ): Promise<AppendOutcome> {
     validateRequests(requests);
-    const payload = JSON.stringify(
-      requests.map((r) => ({
-        stream: r.streamName,
-        expected: expectedText(r.expectedState),
-        events: r.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata })),
-      })),
-    );
+    // es_append's structure, built when that path is taken (the plain new-stream append has its own).
+    let structure: string | undefined;
+    const payload = () => {
+      structure ??= JSON.stringify(
+        requests.map((r) => ({
+          stream: r.streamName,
+          expected: expectedText(r.expectedState),
+          events: r.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata })),
+        })),
+      );
+      return structure;
+    };
     const data = JSON.stringify(requests.flatMap((r) => r.events.map((e) => e.data ?? null)));
     // PostgreSQL text cannot hold U+0000, but a json value keeps the escape unread: refuse it here,
     // as a jsonb or text conversion of it later would fail (an escaped backslash before "u0000" is not one).
-    if (NUL_ESCAPE.test(data))
+    if (data.includes('\\u0000') && NUL_ESCAPE.test(data))
       throw new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
     const failures = new Map<string, unknown>();
     const hook = this.hook;
@@ -647,13 +654,16 @@ export class SqlEventStore implements EventStore {
       (hook === undefined || !hook.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type)))));
     // A new stream and nobody's inline projection: one plain statement (APPEND_NEW_STREAM).
     let newStream =
-      alone && requests.length === 1 && requests[0]!.expectedState === 'no_stream' && requests[0]!.events.length > 0;
+      alone &&
+      requests.length === 1 &&
+      requests[0]!.expectedState === 'no_stream' &&
+      requests[0]!.events.length > 0;
     for (let attempt = 1; ; attempt++) {
       try {
         if (newStream) {
           const request = requests[0]!;
           const rows = await this.sql
-            .query<{ revision: string; commit: string; position: string }>(APPEND_NEW_STREAM, [
+            .query<NewStreamRow>(APPEND_NEW_STREAM, [
               request.streamName,
               JSON.stringify(request.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata }))),
               data,
@@ -677,7 +687,7 @@ export class SqlEventStore implements EventStore {
         if (alone) {
           const [row] = await this.sql.query<{ reply: AppendReply | string }>(
             'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
-            [payload, data, known],
+            [payload(), data, known],
           );
           const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
           const outcome = toOutcome(requests, reply);
@@ -690,7 +700,7 @@ export class SqlEventStore implements EventStore {
         const outcome = await this.sql.transaction(async (tx) => {
           const [row] = await tx.query<{ reply: AppendReply | string }>(
             'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
-            [payload, data, known],
+            [payload(), data, known],
           );
           const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
           const outcome = toOutcome(requests, reply);
@@ -724,10 +734,10 @@ export class SqlEventStore implements EventStore {
 }
 
 /** The port's results for an append of `request` to a new stream (APPEND_NEW_STREAM's rows, by revision). */
-const newStreamOutcome = (
-  request: AppendRequest,
-  rows: readonly { revision: string; commit: string; position: string }[],
-): AppendOutcome => {
+/** A row of APPEND_NEW_STREAM (int8 and xid8 as text; aliased apart from the columns: see EVENT_COLUMNS). */
+type NewStreamRow = { revision_text: string; commit_text: string; position_text: string };
+
+const newStreamOutcome = (request: AppendRequest, rows: readonly NewStreamRow[]): AppendOutcome => {
   const recorded = request.events.map(
     (event, i): RecordedEvent => ({
       id: event.id,
@@ -735,8 +745,8 @@ const newStreamOutcome = (
       data: event.data,
       metadata: event.metadata,
       streamName: request.streamName,
-      revision: BigInt(rows[i]!.revision),
-      position: { commit: BigInt(rows[i]!.commit), prepare: BigInt(rows[i]!.position) },
+      revision: BigInt(rows[i]!.revision_text),
+      position: { commit: BigInt(rows[i]!.commit_text), prepare: BigInt(rows[i]!.position_text) },
     }),
   );
   const last = recorded[recorded.length - 1]!;

@@ -9,7 +9,7 @@
  * {@link noteAgent}. Without a note the entity comes from the route's `:type/:id`.
  */
 import type { Context, Next } from 'koa';
-import { v4 as uuidv4 } from 'uuid';
+import { v7 as uuidv7 } from 'uuid';
 import type { Casebook } from '../casebook.js';
 import type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../fhir/audit-event.js';
 
@@ -87,7 +87,7 @@ const recordOf = (
   // A FHIR operation (`$name`) is an execute (E) unless its route says otherwise ($everything: R).
   const action = note.action ?? (ctx.path.includes('/$') ? 'E' : (ACTIONS[ctx.method] ?? 'E'));
   return {
-    id: uuidv4(),
+    id: uuidv7(),
     tenantId: who ? who.tenantId : ((ctx.state.auditTenant as number | null | undefined) ?? null),
     interaction: note.interaction ?? defaultInteraction(ctx, action),
     action,

@@ -130,6 +130,17 @@ function contract(name: string, factory: () => Promise<ContractSubject>, options
         expect(ids(await store.readStream(stream))).to.deep.equal(ids(first));
       });
 
+      it('gives a new stream of 120 events revisions 0–119 in order and the position of the last', async () => {
+        const stream = streamName();
+        const written = events(120);
+        const result = await store.append(stream, written, 'no_stream');
+        const read = await store.readStream(stream);
+        expect(ids(read)).to.deep.equal(ids(written));
+        expect(read.map((e) => e.revision)).to.deep.equal(written.map((_, i) => BigInt(i)));
+        expect(result.nextRevision).to.equal(119n);
+        expect(result.position).to.deep.equal(read[119]!.position);
+      });
+
       it('lets one of ten concurrent appends create a stream; the others get WrongExpectedVersion', async () => {
         const stream = streamName();
         const batches = Array.from({ length: 10 }, () => events(2));

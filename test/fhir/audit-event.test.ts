@@ -6,6 +6,7 @@
  */
 import { expect } from 'chai';
 import { type AuditRecord, auditEventOf, auditEventsIn, toAuditEvent } from '../../src/fhir/audit-event.js';
+import { auditIndex, recordIndex } from '../../src/projections/audit-events.js';
 import { assertFhirJson } from '../support/fhir.js';
 import { assertR5Resource } from '../support/fhir-schema.js';
 
@@ -69,4 +70,56 @@ describe('AuditEvent from a record', () => {
     ]);
     expect(auditEventsIn({ type: 'PatientRegistered', data: { id: 7 } })).to.deep.equal([]);
   });
+});
+
+describe('the AuditEvent search index read off a record', () => {
+  const sorted = (index: ReturnType<typeof auditIndex>) => ({
+    ...index,
+    agents: [...index.agents].sort(),
+    entities: [...index.entities].sort(),
+    patients: [...index.patients].sort((a, b) => a - b),
+  });
+  const agents: AuditRecord['agent'][] = [
+    { kind: 'client', clientId: 'ehr-backend' },
+    { kind: 'session', sessionId: 3, practitionerId: 5 },
+    { kind: 'session', sessionId: 4, practitionerId: null },
+    { kind: 'system', name: 'export' },
+    { kind: 'anonymous' },
+  ];
+  const entityLists: AuditRecord['entities'][] = [
+    [],
+    [{ reference: 'Patient/7', patientId: 7 }],
+    [
+      { reference: 'Patient/7', patientId: 7 },
+      { reference: 'Task/9', patientId: 7 },
+    ],
+    [
+      { reference: 'Encounter/2', patientId: 7 },
+      { reference: 'Task/9', patientId: 8 },
+      { reference: 'Questionnaire/1', patientId: null },
+    ],
+    [{ reference: 'Session/12' }, { reference: 'Patient/99999999999' }, { reference: 'Patient/3' }],
+    [
+      { reference: 'Task/1', patientId: -1 },
+      { reference: 'Task/2', patientId: 2.5 },
+      { reference: 'nonsense' },
+    ],
+    // AuditEvent.patient (the one patient of the entities) counts even when no reference names it.
+    [{ reference: 'Patient/7', patientId: 9 }],
+    [{ reference: 'Session/5', patientId: 4 }],
+  ];
+  let n = 0;
+  for (const agent of agents)
+    for (const entities of entityLists)
+      for (const status of [200, 403, 500]) {
+        n += 1;
+        it(`is the index of the rendered resource (${agent.kind}, ${entities.length} entities, ${status}) #${n}`, () => {
+          const r: AuditRecord = {
+            ...record(agent, status),
+            entities,
+            interaction: n % 2 ? 'read' : 'launch',
+          };
+          expect(sorted(recordIndex(r))).to.deep.equal(sorted(auditIndex(toAuditEvent(r))));
+        });
+      }
 });

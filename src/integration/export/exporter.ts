@@ -13,7 +13,7 @@
 
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { v4 as uuidv4, v5 as uuidv5 } from 'uuid';
+import { v5 as uuidv5, v7 as uuidv7 } from 'uuid';
 import type { AuditTrail } from '../../commands/audit.js';
 import type { CommandContext } from '../../commands/context.js';
 import { configureSink, decideBacklog, installationId } from '../../commands/export.js';
@@ -571,7 +571,7 @@ export class Exporter {
     this.recorded.set(key, attempt);
     const response = await readResource(this.deps.sql, 'QuestionnaireResponse', row.responseId, row.tenantId);
     await this.deps.audit?.record({
-      id: uuidv4(),
+      id: uuidv7(),
       tenantId: row.tenantId,
       interaction: 'report-export',
       action: 'E',
