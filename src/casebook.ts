@@ -13,7 +13,9 @@ import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
+import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
+import { type BackgroundSealer, SealerThread } from './eventstore/sealer-thread.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -32,8 +34,11 @@ export interface Casebook {
   readonly audit: AuditTrail;
   /** API clients as requests authenticate them (cached briefly, dropped on a change). */
   readonly clients: ApiClientDirectory;
-  /** The sealer of the tamper-evident log, when this process runs it (`serve` unless --no-seal). */
-  readonly sealer: Sealer | undefined;
+  /**
+   * The sealer of the tamper-evident log, when this process runs it (`serve` unless --no-seal): in
+   * a worker thread on PostgreSQL, in this thread on PGlite and KurrentDB.
+   */
+  readonly sealer: BackgroundSealer | undefined;
   /** The report exporter, when EXPORT_SINK is set and this process runs it. */
   readonly exporter: Exporter | undefined;
   /** The clock every command reads its `now` from (tests move it). */
@@ -146,11 +151,20 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     runner.start();
   }
   let exporter: Exporter | undefined;
-  let sealer: Sealer | undefined;
+  let sealer: BackgroundSealer | undefined;
   if (options.seal) {
-    sealer = new Sealer(store, sql, logger);
-    await sealer.migrate();
-    sealer.start();
+    await migrateSeals(sql);
+    if (sql instanceof PostgresSql && !config.kurrentDbUrl) {
+      // Its own thread, with its own pool on the same schema (docs/architecture.md "Tamper-evident log").
+      const thread = new SealerThread({ ...sql.target, logLevel: config.logLevel }, logger);
+      thread.start();
+      sealer = thread;
+    } else {
+      // PGlite is one in-process connection, and KurrentDB's sealer needs both stores: this thread.
+      const inProcess = new Sealer(store, sql, logger);
+      inProcess.start();
+      sealer = inProcess;
+    }
   }
   const metrics = createMetrics();
   let audit: AuditTrail | undefined;

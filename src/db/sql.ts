@@ -99,10 +99,12 @@ export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;
   readonly inTransaction = false;
   readonly pool: pg.Pool;
+  private readonly searchPath: string | undefined;
   constructor(
     private readonly connectionString: string,
     options: { searchPath?: string; max?: number } = {},
   ) {
+    this.searchPath = options.searchPath;
     this.pool = new pg.Pool({
       connectionString,
       max: options.max ?? 10,
@@ -141,6 +143,13 @@ export class PostgresSql implements Sql {
       client.off('notification', handler);
       await client.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
       client.release();
+    };
+  }
+  /** Where this pool connects: what another thread needs to open its own pool on the same schema. */
+  get target(): { readonly connectionString: string; readonly searchPath?: string } {
+    return {
+      connectionString: this.connectionString,
+      ...(this.searchPath ? { searchPath: this.searchPath } : {}),
     };
   }
   /** A new pool on the same server whose connections use `searchPath` (comma-separated, no spaces). */

@@ -8,10 +8,13 @@ import { generateKeyPairSync } from 'node:crypto';
 import { expect } from 'chai';
 import pino from 'pino';
 import { v4 as uuid } from 'uuid';
+import { openCasebook } from '../../src/casebook.js';
+import { loadConfig } from '../../src/config.js';
 import type { Sql } from '../../src/db/sql.js';
 import { type NewEvent, positionToString, type RecordedEvent } from '../../src/eventstore/port.js';
 import { GENESIS_HASH } from '../../src/eventstore/seal.js';
 import { Sealer } from '../../src/eventstore/sealer.js';
+import { SealerThread } from '../../src/eventstore/sealer-thread.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { logHead, parseHead, verifyAgainst, verifyLog } from '../../src/eventstore/verify.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
@@ -263,3 +266,40 @@ for (const database of testDatabases) {
     });
   });
 }
+
+describe('the background sealer of a casebook process', function () {
+  this.timeout(60_000);
+  for (const database of testDatabases)
+    it(`seals what is appended, ${database.name === 'postgres' ? 'in its own thread' : 'in this thread'} on ${database.name}, and stops with the process`, async () => {
+      const opened = await database.open();
+      const config = loadConfig({ DATA_DIR: 'memory://', LOG_LEVEL: 'silent' });
+      const casebook = await openCasebook(config, {
+        sql: opened.sql,
+        seal: true,
+        export: false,
+        logger: pino({ level: 'silent' }),
+      });
+      let closed = false;
+      try {
+        expect(casebook.sealer).to.be.instanceOf(database.name === 'postgres' ? SealerThread : Sealer);
+        for (let s = 0; s < 12; s++) await casebook.store.append(`bg-${s}`, [event(500 + s)], 'no_stream');
+        const total = (await everyEvent(opened.sql)).length;
+        let result = await verifyLog(casebook.store, opened.sql, { maxUnsealedAgeMs: Infinity });
+        // The thread reports its election every 100 ms: it may seal before it says so.
+        for (let i = 0; i < 100 && (result.sealed < total || !casebook.sealer?.active); i++) {
+          await new Promise((r) => setTimeout(r, 100));
+          result = await verifyLog(casebook.store, opened.sql, { maxUnsealedAgeMs: Infinity });
+        }
+        expect(result).to.deep.include({ ok: true, sealed: total });
+        expect(casebook.sealer?.active).to.equal(true);
+        const stopping = Date.now();
+        await casebook.close();
+        closed = true;
+        expect(Date.now() - stopping, 'close waits for the sealer, not its timeout').to.be.below(5000);
+        expect(casebook.sealer?.active).to.equal(false);
+      } finally {
+        if (!closed) await casebook.close();
+        await opened.dispose();
+      }
+    });
+});
