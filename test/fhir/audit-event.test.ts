@@ -26,14 +26,16 @@ const record = (agent: AuditRecord['agent'], status = 200): AuditRecord => ({
   requestId: 'req-1',
 });
 
+/** One agent of every kind (a session with and without its Practitioner). */
+const agents: AuditRecord['agent'][] = [
+  { kind: 'client', clientId: 'ehr-backend' },
+  { kind: 'session', sessionId: 3, practitionerId: 5 },
+  { kind: 'session', sessionId: 4, practitionerId: null },
+  { kind: 'system', name: 'export' },
+  { kind: 'anonymous' },
+];
+
 describe('AuditEvent from a record', () => {
-  const agents: AuditRecord['agent'][] = [
-    { kind: 'client', clientId: 'ehr-backend' },
-    { kind: 'session', sessionId: 3, practitionerId: 5 },
-    { kind: 'session', sessionId: 4, practitionerId: null },
-    { kind: 'system', name: 'export' },
-    { kind: 'anonymous' },
-  ];
   for (const agent of agents)
     for (const status of [200, 403])
       it(`is a valid R5 AuditEvent for a ${agent.kind} agent answered ${status}`, () => {
@@ -79,13 +81,6 @@ describe('the AuditEvent search index read off a record', () => {
     entities: [...index.entities].sort(),
     patients: [...index.patients].sort((a, b) => a - b),
   });
-  const agents: AuditRecord['agent'][] = [
-    { kind: 'client', clientId: 'ehr-backend' },
-    { kind: 'session', sessionId: 3, practitionerId: 5 },
-    { kind: 'session', sessionId: 4, practitionerId: null },
-    { kind: 'system', name: 'export' },
-    { kind: 'anonymous' },
-  ];
   const entityLists: AuditRecord['entities'][] = [
     [],
     [{ reference: 'Patient/7', patientId: 7 }],
