@@ -14,8 +14,6 @@ export interface SealerWorkerData {
   readonly connectionString: string;
   readonly searchPath?: string;
   readonly logLevel: string;
-  /** Pause between passes, milliseconds (default: the sealer's, 1 s). */
-  readonly intervalMs?: number;
 }
 
 /** What serving needs of a background sealer, in this thread or in its own. */

@@ -23,9 +23,7 @@ const sql = new PostgresSql(data.connectionString, {
   max: 2,
 });
 const store = await SqlEventStore.open(sql);
-const sealer = new Sealer(store, sql, pino({ level: data.logLevel }).child({ thread: 'sealer' }), {
-  ...(data.intervalMs ? { intervalMs: data.intervalMs } : {}),
-});
+const sealer = new Sealer(store, sql, pino({ level: data.logLevel }).child({ thread: 'sealer' }));
 sealer.start();
 let reported = false;
 const report = setInterval(() => {

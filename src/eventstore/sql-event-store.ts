@@ -548,7 +548,7 @@ export class SqlEventStore implements EventStore {
     }
   }
 
-  /** Position of the last visible event in `$all` (same visibility as {@link readAll}). */
+  /** Position of the last committed event in `$all` (readers may show it only once earlier transactions end). */
   async headPosition(): Promise<Position | undefined> {
     // Every committed event, not only those below the snapshot's xmin: a transaction still open
     // anywhere in the cluster holds xmin back, and a head below events already committed would
@@ -658,52 +658,42 @@ export class SqlEventStore implements EventStore {
       requests.length === 1 &&
       requests[0]!.expectedState === 'no_stream' &&
       requests[0]!.events.length > 0;
+    /** es_append on `sql`: the reply, and what it means for the port. */
+    const esAppend = async (sql: Sql) => {
+      const [row] = await sql.query<{ reply: AppendReply | string }>(
+        'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
+        [payload(), data, known],
+      );
+      const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
+      return { reply, outcome: toOutcome(requests, reply) };
+    };
+    /** APPEND_NEW_STREAM; undefined when es_append has to answer instead. */
+    const appendNewStream = async (request: AppendRequest): Promise<AppendOutcome | undefined> => {
+      const rows = await this.sql
+        .query<NewStreamRow>(APPEND_NEW_STREAM, [
+          request.streamName,
+          JSON.stringify(request.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata }))),
+          data,
+          known,
+        ])
+        .catch((error: unknown) => {
+          // The stream or an event id exists: es_append tells which, and what that means.
+          if (pgError(error).code === '23505') return undefined;
+          throw error;
+        });
+      // No row: a live projection this process does not know (es_append refuses it with CBP01).
+      return rows?.length === request.events.length ? newStreamOutcome(request, rows) : undefined;
+    };
     for (let attempt = 1; ; attempt++) {
       try {
+        let outcome: AppendOutcome | undefined;
         if (newStream) {
-          const request = requests[0]!;
-          const rows = await this.sql
-            .query<NewStreamRow>(APPEND_NEW_STREAM, [
-              request.streamName,
-              JSON.stringify(request.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata }))),
-              data,
-              known,
-            ])
-            .catch((error: unknown) => {
-              // The stream or an event id exists: es_append tells which, and what that means.
-              if (pgError(error).code === '23505') return undefined;
-              throw error;
-            });
-          // No row: a live projection this process does not know (es_append refuses it with CBP01).
-          if (rows === undefined || rows.length !== request.events.length) {
-            newStream = false;
-            continue;
-          }
-          const outcome = newStreamOutcome(request, rows);
-          this.wake();
-          if (wakeOthers) this.notifyOthers();
-          return outcome;
+          outcome = await appendNewStream(requests[0]!);
+          newStream = false;
         }
-        if (alone) {
-          const [row] = await this.sql.query<{ reply: AppendReply | string }>(
-            'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
-            [payload(), data, known],
-          );
-          const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
-          const outcome = toOutcome(requests, reply);
-          if (outcome.recorded.length > 0) {
-            this.wake();
-            if (wakeOthers) this.notifyOthers();
-          }
-          return outcome;
-        }
-        const outcome = await this.sql.transaction(async (tx) => {
-          const [row] = await tx.query<{ reply: AppendReply | string }>(
-            'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
-            [payload(), data, known],
-          );
-          const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
-          const outcome = toOutcome(requests, reply);
+        if (!outcome && alone) outcome = (await esAppend(this.sql)).outcome;
+        outcome ??= await this.sql.transaction(async (tx) => {
+          const { reply, outcome } = await esAppend(tx);
           if (this.hook)
             await this.hook.apply(tx, outcome.recorded, new Map(Object.entries(reply.projections)), failures);
           return outcome;
@@ -733,10 +723,10 @@ export class SqlEventStore implements EventStore {
   }
 }
 
-/** The port's results for an append of `request` to a new stream (APPEND_NEW_STREAM's rows, by revision). */
 /** A row of APPEND_NEW_STREAM (int8 and xid8 as text; aliased apart from the columns: see EVENT_COLUMNS). */
 type NewStreamRow = { revision_text: string; commit_text: string; position_text: string };
 
+/** The port's results for an append of `request` to a new stream (APPEND_NEW_STREAM's rows, by revision). */
 const newStreamOutcome = (request: AppendRequest, rows: readonly NewStreamRow[]): AppendOutcome => {
   const recorded = request.events.map(
     (event, i): RecordedEvent => ({

@@ -61,7 +61,10 @@ const STATUS_TEXT: Record<number, string> = {
   503: 'Service Unavailable',
 };
 
-/** The references an agent is searchable by (`agent=`): `Practitioner/7`, `client|demo-ehr`, `session|3`. */
+/**
+ * The references an agent is searchable by (`agent=`): `Practitioner/7`, `<client system>|demo-ehr`
+ * and the bare `demo-ehr`, `<session system>|3` — the keys of the agents {@link toAuditEvent} renders.
+ */
 export const agentKeys = (agent: AuditAgent): string[] => {
   switch (agent.kind) {
     case 'client':
@@ -71,8 +74,8 @@ export const agentKeys = (agent: AuditAgent): string[] => {
         `${SESSION_SYSTEM}|${agent.sessionId}`,
         ...(agent.practitionerId !== null ? [`Practitioner/${agent.practitionerId}`] : []),
       ];
+    // casebook itself and an unauthenticated caller are named by a display only: nothing to search by.
     case 'system':
-      return [`system|${agent.name}`];
     case 'anonymous':
       return [];
   }

@@ -66,10 +66,6 @@ const defaultEntities = (ctx: Context): AuditEntity[] => {
   return [{ reference: `${params.type}/${id}`, ...(params.type === 'Patient' ? { patientId: id } : {}) }];
 };
 
-/**
- * The middleware: runs the request, then records its AuditEvent before the response is sent.
- * @param audited which requests are audited (by path).
- */
 /** Who acted, when the command is what tells (a handover: the session its token names). */
 export interface AuditWho {
   readonly agent: AuditAgent;
@@ -136,6 +132,10 @@ export const auditedWith = (ctx: Context, record: AuditRecord | undefined): void
   if (record) ctx.state.auditedInline = record;
 };
 
+/**
+ * The middleware: runs the request, then records its AuditEvent before the response is sent.
+ * @param audited which requests are audited (by path).
+ */
 export const auditMiddleware =
   (casebook: Casebook, audited: (path: string) => boolean) =>
   async (ctx: Context, next: Next): Promise<void> => {

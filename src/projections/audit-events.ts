@@ -10,7 +10,7 @@ import {
   type AuditRecord,
   isAuditEventType,
 } from '../domain/audit/audit.js';
-import { auditEventsIn, CLIENT_SYSTEM, outcomeCode, SESSION_SYSTEM } from '../fhir/audit-event.js';
+import { agentKeys, auditEventsIn, CLIENT_SYSTEM, outcomeCode, SESSION_SYSTEM } from '../fhir/audit-event.js';
 import type { Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
@@ -64,16 +64,7 @@ const isPatientNumber = (n: unknown): n is number =>
  * equal), at a fraction of the cost for every record of the trail.
  */
 export const recordIndex = (record: AuditRecord): ReturnType<typeof auditIndex> => {
-  const agent = record.agent;
-  const agents =
-    agent.kind === 'client'
-      ? [`${CLIENT_SYSTEM}|${agent.clientId}`, agent.clientId]
-      : agent.kind === 'session'
-        ? [
-            ...(agent.practitionerId !== null ? [`Practitioner/${agent.practitionerId}`] : []),
-            `${SESSION_SYSTEM}|${agent.sessionId}`,
-          ]
-        : [];
+  const agents = agentKeys(record.agent);
   const entities: string[] = [];
   const patients: number[] = [];
   // AuditEvent.patient: the one patient of the entities, when there is exactly one.
@@ -146,7 +137,7 @@ export const auditEventsProjection: Projection = {
     CREATE INDEX IF NOT EXISTS rm_audit_events_patients ON rm_audit_events USING gin (patients);
     CREATE INDEX IF NOT EXISTS rm_audit_events_entities ON rm_audit_events USING gin (entities);
     CREATE INDEX IF NOT EXISTS rm_audit_events_agents ON rm_audit_events USING gin (agents);`),
-  handles: (type) => process.env.SCRATCH_NO_VIEW !== '1' && isAuditEventType(type),
+  handles: (type) => isAuditEventType(type),
   // The AuditEvent is in the log either way: a stopped search view must not stop the service.
   refuseWritesWhenStopped: false,
   deferred: true,

@@ -78,20 +78,29 @@ const runAppender = async (sql: Sql, appender: number, appended: string[]): Prom
   }
 };
 
-describe('SqlEventStore on postgres under concurrent appends', function () {
-  this.timeout(30_000);
-  const postgres = testDatabases.find((d) => d.name === 'postgres')!;
-  let db: OpenedDatabase;
-
+/** A fresh PostgreSQL schema for the enclosing suite, opened before its tests and dropped after. */
+const onPostgres = (): { readonly db: OpenedDatabase } => {
+  let opened: OpenedDatabase | undefined;
   before(async () => {
-    db = await postgres.open();
+    opened = await testDatabases.find((d) => d.name === 'postgres')!.open();
   });
   after(async () => {
-    await db?.dispose();
+    await opened?.dispose();
   });
+  return {
+    get db() {
+      if (!opened) throw new Error('the suite has not opened its database yet');
+      return opened;
+    },
+  };
+};
+
+describe('SqlEventStore on postgres under concurrent appends', function () {
+  this.timeout(30_000);
+  const postgres = onPostgres();
 
   it('delivers every event exactly once, in position order, equal to readAll from the start', async () => {
-    const store = await SqlEventStore.open(db.sql);
+    const store = await SqlEventStore.open(postgres.db.sql);
     const controller = new AbortController();
     const received: RecordedEvent[] = [];
     const subscribing = (async () => {
@@ -100,7 +109,9 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
 
     try {
       const appended: string[] = [];
-      const pools = await Promise.all(Array.from({ length: APPENDERS }, () => db.reopen(APPENDER_POOL_MAX)));
+      const pools = await Promise.all(
+        Array.from({ length: APPENDERS }, () => postgres.db.reopen(APPENDER_POOL_MAX)),
+      );
       await Promise.all(pools.map((sql, appender) => runAppender(sql, appender, appended)));
       // Their connections are not needed any more: give them back before the next tests open theirs
       // (PostgreSQL allows 100 clients; idle pools keep theirs for ten seconds).
@@ -159,7 +170,7 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
       });
 
     it('refuses it on another stream with EventIdConflict once the first commits', async () => {
-      const [first, second] = [await db.reopen(2), await db.reopen(2)];
+      const [first, second] = [await postgres.db.reopen(2), await postgres.db.reopen(2)];
       const store = await SqlEventStore.open(second);
       const event = newEvent(0, 0, 0);
       const one = `race-${uuid()}`;
@@ -185,7 +196,7 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
     });
 
     it('answers the second append on the same stream as a replay of the first', async () => {
-      const [first, second] = [await db.reopen(2), await db.reopen(2)];
+      const [first, second] = [await postgres.db.reopen(2), await postgres.db.reopen(2)];
       const store = await SqlEventStore.open(second);
       const event = newEvent(0, 0, 1);
       const stream = `race-${uuid()}`;
@@ -207,19 +218,11 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
 });
 
 describe('SqlEventStore on postgres: the head of the log', () => {
-  const postgres = testDatabases.find((d) => d.name === 'postgres')!;
-  let db: OpenedDatabase;
-
-  before(async () => {
-    db = await postgres.open();
-  });
-  after(async () => {
-    await db?.dispose();
-  });
+  const postgres = onPostgres();
 
   it('gives as head the last committed event even while an older transaction holds readers back', async () => {
-    const store = await SqlEventStore.open(db.sql);
-    const blocker = await db.reopen();
+    const store = await SqlEventStore.open(postgres.db.sql);
+    const blocker = await postgres.db.reopen();
     try {
       await blocker.withConnection(async (conn) => {
         // An open transaction with an xid: $all readers stop below it until it ends.

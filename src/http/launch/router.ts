@@ -130,7 +130,6 @@ const submittedPage = (responseId: number, taskId: number, status: ExportStatus 
   });
 };
 
-/** Builds the launcher's router (mounted at the path of {launch_url}). */
 /** What the AuditEvent of a launch names: the patient's resources it opened and its session. */
 const launchNote = (o: LaunchOutcome): AuditNote => ({
   entities: [
@@ -141,6 +140,7 @@ const launchNote = (o: LaunchOutcome): AuditNote => ({
   ],
 });
 
+/** Builds the launcher's router (mounted at the path of {launch_url}). */
 export const launchRouter = (casebook: Casebook): Router => {
   const router = new Router();
 
