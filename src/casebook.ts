@@ -6,6 +6,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 
 import { join } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { v4 as uuidv4 } from 'uuid';
+import { type BackgroundSealer, BackgroundThread } from './background/thread.js';
 import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
 import type { Config } from './config.js';
@@ -15,7 +16,6 @@ import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
-import { type BackgroundSealer, SealerThread } from './eventstore/sealer-thread.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -65,6 +65,11 @@ export interface OpenOptions {
   readonly project?: boolean;
   /** Seal the log in the background in this process (docs/architecture.md "Tamper-evident log"; default false). */
   readonly seal?: boolean;
+  /**
+   * On PostgreSQL, run the sealer and the deferred projections' follower in a background thread
+   * (docs/architecture.md "Background thread"; `serve`; default false: in this thread).
+   */
+  readonly background?: boolean;
   /** Run the report exporter in this process when EXPORT_SINK is set (default true). */
   readonly export?: boolean;
   /** The backlog choice of `casebook export --all | --skip-backlog | --since` (overrides EXPORT_BACKLOG). */
@@ -146,21 +151,37 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   const clock = options.clock ?? (() => new Date());
   const runner = new ProjectionRunner(store, sql, allProjections, logger, { clock });
   await runner.migrate();
+  if (options.seal) await migrateSeals(sql);
+  // On PostgreSQL, a serving process seals the log and follows it for the deferred projections in
+  // its background thread, with its own pool on the same schema (docs/architecture.md "Background
+  // thread"). PGlite is one in-process connection, and KurrentDB's sealer needs both stores: there
+  // they run in this thread.
+  const inThread = options.background === true && sql instanceof PostgresSql && !config.kurrentDbUrl;
+  const followElsewhere = inThread && options.project !== false && runner.mode === 'inline';
+  let thread: BackgroundThread | undefined;
+  if (inThread && (options.seal || followElsewhere)) {
+    thread = new BackgroundThread(
+      {
+        ...sql.target,
+        logLevel: config.logLevel,
+        seal: options.seal === true,
+        followDeferred: followElsewhere,
+      },
+      logger,
+      (name, position) => runner.noteDeferredApplied(name, position),
+    );
+    if (followElsewhere) runner.followDeferredElsewhere(() => thread?.hurry());
+  }
   if (options.project !== false) {
     await runner.catchUp();
     runner.start();
   }
+  thread?.start();
   let exporter: Exporter | undefined;
   let sealer: BackgroundSealer | undefined;
   if (options.seal) {
-    await migrateSeals(sql);
-    if (sql instanceof PostgresSql && !config.kurrentDbUrl) {
-      // Its own thread, with its own pool on the same schema (docs/architecture.md "Tamper-evident log").
-      const thread = new SealerThread({ ...sql.target, logLevel: config.logLevel }, logger);
-      thread.start();
-      sealer = thread;
-    } else {
-      // PGlite is one in-process connection, and KurrentDB's sealer needs both stores: this thread.
+    if (thread) sealer = thread;
+    else {
       const inProcess = new Sealer(store, sql, logger);
       inProcess.start();
       sealer = inProcess;
@@ -215,7 +236,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     }),
     close: async () => {
       await exporter?.stop();
-      await sealer?.stop();
+      await (thread ?? sealer)?.stop();
       await audit?.drain();
       await runner.stop();
       await store.close();

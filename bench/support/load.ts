@@ -3,7 +3,7 @@
  * with the server's CPU time read from /proc around the measured run.
  */
 import autocannon from 'autocannon';
-import { cpuMs } from './process.js';
+import { cpuMs, waitIdle } from './process.js';
 
 /** One request shape: a fixed request, or one rebuilt before every send (unique bodies, random ids). */
 export interface Shape {
@@ -43,7 +43,8 @@ const run = (url: string, shape: Shape, connections: number, seconds: number) =>
   });
 
 /**
- * Warms the server up with `warmupSeconds` of the same load, then measures `seconds` of it.
+ * Waits until the server is idle (work an earlier run left behind is not charged to this one),
+ * warms it up with `warmupSeconds` of the same load, then measures `seconds` of it.
  * RPS is answered requests over the measured duration; latencies are autocannon's (ms).
  */
 export const measure = async (
@@ -51,6 +52,7 @@ export const measure = async (
   shape: Shape,
   options: { connections: number; seconds: number; warmupSeconds: number; pid: number },
 ): Promise<Measured> => {
+  await waitIdle(options.pid);
   if (options.warmupSeconds > 0) await run(url, shape, options.connections, options.warmupSeconds);
   const cpuBefore = cpuMs(options.pid);
   const result = await run(url, shape, options.connections, options.seconds);

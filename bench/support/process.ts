@@ -109,6 +109,28 @@ export const cpuMs = (pid: number): number => {
   return (ticks * 1000) / CLOCK_TICKS;
 };
 
+/**
+ * Waits until the process is idle: its CPU use stays under `threshold` (a fraction of one core) for
+ * two polls of `pollMs` in a row, so that a measured run does not pay for work an earlier one left
+ * behind (sealing, the AuditEvent view). Gives up silently after `timeoutMs`.
+ * @returns milliseconds waited.
+ */
+export const waitIdle = async (
+  pid: number,
+  { threshold = 0.03, pollMs = 250, timeoutMs = 60_000 } = {},
+): Promise<number> => {
+  const since = performance.now();
+  let quiet = 0;
+  let before = cpuMs(pid);
+  while (quiet < 2 && performance.now() - since < timeoutMs) {
+    await sleep(pollMs);
+    const now = cpuMs(pid);
+    quiet = now - before < threshold * pollMs ? quiet + 1 : 0;
+    before = now;
+  }
+  return performance.now() - since;
+};
+
 /** Resident set of the process now and its peak (VmHWM), in MiB, from /proc/<pid>/status. */
 export const rssMiB = (pid: number): { now: number; peak: number } => {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -108,6 +108,7 @@ program
       project: options.project,
       export: options.export,
       seal: options.seal,
+      background: true,
     });
     if (config.seedFile) {
       const report = await applySeed(casebook, readSeed(config.seedFile));

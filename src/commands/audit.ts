@@ -5,8 +5,9 @@
  * once), new records gather for the next, so concurrent requests share one append and the cost per
  * record stays small; an idle trail appends on the next turn of the event loop, adding no wait.
  */
-import { v7 as uuidv7 } from 'uuid';
+
 import { auditDecider, auditStream } from '../domain/audit/audit.js';
+import { newId } from '../domain/ids.js';
 import type { AuditRecord } from '../fhir/audit-event.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
@@ -101,7 +102,7 @@ export class AuditTrail {
       async (uow) => {
         for (const [tenantId, group] of byTenant)
           await uow.decide(
-            auditStream(uuidv7()),
+            auditStream(newId()),
             auditDecider,
             { type: 'RecordAuditEvents', records: group },
             { fresh: true, cause: { tenantId } },

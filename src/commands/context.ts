@@ -2,9 +2,10 @@
  * What every command runs with: the event store, the metadata of its cause (tenant, actor,
  * correlation), the time it was decided at, and what follows an append (docs/architecture.md).
  */
-import { v7 as uuidv7 } from 'uuid';
+
 import type { Sql } from '../db/sql.js';
 import type { Event } from '../domain/decider.js';
+import { newId } from '../domain/ids.js';
 import type { Actor, EventMetadata, EventStore, NewEvent, Position } from '../eventstore/port.js';
 
 export interface CommandContext {
@@ -44,7 +45,7 @@ export const toNewEvents = (
   };
   // UUIDv7: time-ordered, so the unique index on event ids grows at its right edge instead of
   // touching a random page per event (the same for AuditEvent ids and audit streams).
-  return events.map((event) => ({ id: uuidv7(), type: event.type, data: event.data, metadata }));
+  return events.map((event) => ({ id: newId(), type: event.type, data: event.data, metadata }));
 };
 
 export { allocateId, ID_SEQUENCES, type IdKind, migrateSequences, sequenceName } from '../db/sequences.js';

@@ -6,9 +6,10 @@
  * When another writer moved one of those streams first (`WrongExpectedVersion`), the whole
  * command runs again on fresh state, after a bounded, jittered backoff.
  */
-import { v5 as uuidv5, v7 as uuidv7 } from 'uuid';
+import { v5 as uuidv5 } from 'uuid';
 import { AUDIT_EVENTS_RECORDED, type AuditRecord, auditStream } from '../domain/audit/audit.js';
 import { type Decider, DomainError, type Event } from '../domain/decider.js';
+import { newId } from '../domain/ids.js';
 import {
   type Actor,
   type AppendOptions,
@@ -335,7 +336,7 @@ export const execute = async <R>(
 
 /** The append of one AuditEvent next to a command's events: a batch of one, in its own stream. */
 const auditRequest = (ctx: CommandContext, record: AuditRecord): AppendRequest => ({
-  streamName: auditStream(uuidv7()),
+  streamName: auditStream(newId()),
   expectedState: 'no_stream',
   events: toNewEvents(ctx, [{ type: AUDIT_EVENTS_RECORDED, data: { records: [record] } }], record.tenantId),
 });

@@ -9,8 +9,8 @@
  * {@link noteAgent}. Without a note the entity comes from the route's `:type/:id`.
  */
 import type { Context, Next } from 'koa';
-import { v7 as uuidv7 } from 'uuid';
 import type { Casebook } from '../casebook.js';
+import { newId } from '../domain/ids.js';
 import type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../fhir/audit-event.js';
 
 /** What a route tells the audit middleware. */
@@ -83,7 +83,7 @@ const recordOf = (
   // A FHIR operation (`$name`) is an execute (E) unless its route says otherwise ($everything: R).
   const action = note.action ?? (ctx.path.includes('/$') ? 'E' : (ACTIONS[ctx.method] ?? 'E'));
   return {
-    id: uuidv7(),
+    id: newId(),
     tenantId: who ? who.tenantId : ((ctx.state.auditTenant as number | null | undefined) ?? null),
     interaction: note.interaction ?? defaultInteraction(ctx, action),
     action,

@@ -228,6 +228,12 @@ export class ProjectionRunner {
   /** Readers waiting for the deferred follower (it skips its pause while one waits). */
   private deferredWaiters = 0;
   private readonly deferredWake$ = new Subject<void>();
+  /** Cuts the deferred follower's pause short: a reader waits for it. */
+  private readonly deferredHurry$ = new Subject<void>();
+  /** What a deferred projection reached, once committed (told to another thread's runner). */
+  readonly deferredReached$ = new Subject<{ name: string; position: Position }>();
+  /** Set when another thread follows the log for the deferred projections: asks it to hurry. */
+  private hurryElsewhere: (() => void) | undefined;
   private deferredLoop: Promise<void> | undefined;
   private readonly clock: () => Date;
   private readonly pageSize: number;
@@ -782,7 +788,7 @@ export class ProjectionRunner {
               break;
             }
             this.deferredWake$.next();
-            if (this.deferredWaiters === 0) await sleep(DEFERRED_BATCH_INTERVAL_MS, signal);
+            if (this.deferredWaiters === 0) await this.pauseDeferred(signal);
           }
         } finally {
           signal.removeEventListener('abort', stop);
@@ -835,6 +841,47 @@ export class ProjectionRunner {
   private noteDeferred(name: string, position: Position): void {
     const known = this.deferredAt.get(name);
     if (!known || comparePositions(position, known) > 0) this.deferredAt.set(name, position);
+    this.deferredReached$.next({ name, position });
+  }
+
+  /** The follower's pause between batches: {@link DEFERRED_BATCH_INTERVAL_MS}, or until a reader waits. */
+  private async pauseDeferred(signal: AbortSignal): Promise<void> {
+    const hurried = new AbortController();
+    const subscription = this.deferredHurry$.subscribe(() => hurried.abort());
+    const stop = () => hurried.abort();
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      await sleep(DEFERRED_BATCH_INTERVAL_MS, hurried.signal);
+    } finally {
+      subscription.unsubscribe();
+      signal.removeEventListener('abort', stop);
+    }
+  }
+
+  /**
+   * Hands the following of the deferred projections to another thread (docs/architecture.md
+   * "Audit trail"): {@link start} no longer follows them here. That thread's runner reports what
+   * it reached through {@link noteDeferredApplied}; `hurry` asks it to skip its pause, called when
+   * a reader starts waiting here. Call before {@link start}.
+   */
+  followDeferredElsewhere(hurry: () => void): void {
+    this.hurryElsewhere = hurry;
+  }
+
+  /**
+   * What another thread's runner reports through its {@link deferredReached$}: deferred projection
+   * `name` has applied (and committed) the log up to `position`. Wakes the readers waiting for it.
+   */
+  noteDeferredApplied(name: string, position: Position): void {
+    if (!this.deferred.has(name)) return;
+    const known = this.deferredAt.get(name);
+    if (!known || comparePositions(position, known) > 0) this.deferredAt.set(name, position);
+    this.deferredWake$.next();
+  }
+
+  /** Cuts the deferred follower's pause short, in this thread (a reader waits in another). */
+  hurryDeferred(): void {
+    this.deferredHurry$.next();
   }
 
   /**
@@ -849,6 +896,8 @@ export class ProjectionRunner {
     const head = await this.store.headPosition();
     const deadline = Date.now() + timeoutMs;
     this.deferredWaiters++;
+    this.deferredHurry$.next();
+    this.hurryElsewhere?.();
     try {
       for (;;) {
         const reached = (p: Position | undefined) =>
@@ -894,12 +943,16 @@ export class ProjectionRunner {
     }
   }
 
-  /** Starts the background work: building projections (inline) or following the log (async). */
+  /**
+   * Starts the background work: building projections (inline) or following the log (async), and
+   * following it for the deferred projections unless another thread does
+   * ({@link followDeferredElsewhere}).
+   */
   start(): void {
     if (this.loop) return;
     const abort = new AbortController();
     this.abort = abort;
-    if (this.deferred.size > 0) this.deferredLoop = this.followDeferred(abort.signal);
+    if (this.deferred.size > 0 && !this.hurryElsewhere) this.deferredLoop = this.followDeferred(abort.signal);
     this.loop = (async () => {
       while (!abort.signal.aborted) {
         try {
@@ -926,6 +979,17 @@ export class ProjectionRunner {
         }
       }
     })();
+  }
+
+  /**
+   * Starts only the following of the log for the deferred projections (inline mode): the work of
+   * the background thread (`src/background/worker.ts`), while the serving thread's runner builds.
+   */
+  startDeferred(): void {
+    if (this.loop || this.deferredLoop || this.deferred.size === 0) return;
+    const abort = new AbortController();
+    this.abort = abort;
+    this.deferredLoop = this.followDeferred(abort.signal);
   }
 
   /** Stops the background work and waits for it. */

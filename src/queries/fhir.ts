@@ -597,7 +597,11 @@ export const search = async (
       : undefined;
   let total: number | undefined;
   if (parsed.total === 'estimate') total = await countResources(sql, def.type, principal.tenantId, query);
-  else if (parsed.total === 'accurate') {
+  else if (parsed.total === 'accurate' && count > 0 && !cursor && !more) {
+    // A first page that holds every match the caller may see (the common search by identifier):
+    // its length is the total, without reading the matches again.
+    total = page.length;
+  } else if (parsed.total === 'accurate') {
     // Every match the caller may see (scopes can hide rows a count would include).
     total = 0;
     let from: SearchKey | undefined;

@@ -8,13 +8,13 @@ import { generateKeyPairSync } from 'node:crypto';
 import { expect } from 'chai';
 import pino from 'pino';
 import { v4 as uuid } from 'uuid';
+import { BackgroundThread } from '../../src/background/thread.js';
 import { openCasebook } from '../../src/casebook.js';
 import { loadConfig } from '../../src/config.js';
 import type { Sql } from '../../src/db/sql.js';
 import { type NewEvent, positionToString, type RecordedEvent } from '../../src/eventstore/port.js';
 import { GENESIS_HASH } from '../../src/eventstore/seal.js';
 import { Sealer } from '../../src/eventstore/sealer.js';
-import { SealerThread } from '../../src/eventstore/sealer-thread.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { logHead, parseHead, verifyAgainst, verifyLog } from '../../src/eventstore/verify.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
@@ -267,21 +267,22 @@ for (const database of testDatabases) {
   });
 }
 
-describe('the background sealer of a casebook process', function () {
+describe('the background work of a casebook process (sealer, AuditEvent view)', function () {
   this.timeout(60_000);
   for (const database of testDatabases)
-    it(`seals what is appended, ${database.name === 'postgres' ? 'in its own thread' : 'in this thread'} on ${database.name}, and stops with the process`, async () => {
+    it(`seals what is appended and indexes AuditEvents, ${database.name === 'postgres' ? 'in its own thread' : 'in this thread'} on ${database.name}, and stops with the process`, async () => {
       const opened = await database.open();
-      const config = loadConfig({ DATA_DIR: 'memory://', LOG_LEVEL: 'silent' });
+      const config = loadConfig({ DATA_DIR: 'memory://', LOG_LEVEL: process.env.DEBUG_BG ? 'debug' : 'silent' });
       const casebook = await openCasebook(config, {
         sql: opened.sql,
         seal: true,
+        background: true,
         export: false,
-        logger: pino({ level: 'silent' }),
+        logger: pino({ level: process.env.DEBUG_BG ? 'debug' : 'silent' }),
       });
       let closed = false;
       try {
-        expect(casebook.sealer).to.be.instanceOf(database.name === 'postgres' ? SealerThread : Sealer);
+        expect(casebook.sealer).to.be.instanceOf(database.name === 'postgres' ? BackgroundThread : Sealer);
         for (let s = 0; s < 12; s++) await casebook.store.append(`bg-${s}`, [event(500 + s)], 'no_stream');
         const total = (await everyEvent(opened.sql)).length;
         let result = await verifyLog(casebook.store, opened.sql, { maxUnsealedAgeMs: Infinity });
@@ -292,6 +293,30 @@ describe('the background sealer of a casebook process', function () {
         }
         expect(result).to.deep.include({ ok: true, sealed: total });
         expect(casebook.sealer?.active).to.equal(true);
+        // The AuditEvent view: followed by the same thread on PostgreSQL (the serving thread's
+        // runner does not), and read-your-writes still holds for a search.
+        const ids = [uuid(), uuid(), uuid()];
+        await Promise.all(
+          ids.map((id, i) =>
+            casebook.audit.record({
+              id,
+              tenantId: 1,
+              interaction: 'read',
+              action: 'R',
+              recorded: new Date().toISOString(),
+              status: 200,
+              agent: { kind: 'client', clientId: 'ehr-backend' },
+              entities: [{ reference: `Patient/${i + 1}`, patientId: i + 1 }],
+            }),
+          ),
+        );
+        await casebook.audit.drain();
+        expect(await casebook.runner.waitForDeferred('audit-events')).to.equal('current');
+        const indexed = await opened.sql.query<{ id: string; patients: number[] }>(
+          `SELECT id::text, patients FROM rm_audit_events WHERE id = ANY($1::uuid[]) ORDER BY patients[1]`,
+          [ids],
+        );
+        expect(indexed.map((r) => [r.id, r.patients])).to.deep.equal(ids.map((id, i) => [id, [i + 1]]));
         const stopping = Date.now();
         await casebook.close();
         closed = true;

@@ -13,7 +13,7 @@
 
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { v5 as uuidv5, v7 as uuidv7 } from 'uuid';
+import { v5 as uuidv5 } from 'uuid';
 import type { AuditTrail } from '../../commands/audit.js';
 import type { CommandContext } from '../../commands/context.js';
 import { configureSink, decideBacklog, installationId } from '../../commands/export.js';
@@ -30,6 +30,7 @@ import {
 import type { BacklogChoice } from '../../domain/export/export-sink.js';
 import type { Content } from '../../domain/fhir/resource.js';
 import { resourceStream } from '../../domain/fhir/resource.js';
+import { newId } from '../../domain/ids.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
 import { referenceId } from '../../fhir/references.js';
 import type { Metrics } from '../../metrics.js';
@@ -571,7 +572,7 @@ export class Exporter {
     this.recorded.set(key, attempt);
     const response = await readResource(this.deps.sql, 'QuestionnaireResponse', row.responseId, row.tenantId);
     await this.deps.audit?.record({
-      id: uuidv7(),
+      id: newId(),
       tenantId: row.tenantId,
       interaction: 'report-export',
       action: 'E',

@@ -1,20 +1,32 @@
 /**
- * The background sealer of a process on PostgreSQL, in a worker thread (docs/architecture.md
- * "Tamper-evident log"): the same {@link Sealer}, elected the same way, but its reads of the log,
- * RFC 8785 canonicalisation and hashing run beside the serving thread instead of on it (3–10 % of
- * the serving thread's work under a load of audited reads, bench/README.md). A thread
- * that ends unexpectedly is started again after a second.
+ * The background thread of a process on PostgreSQL (docs/architecture.md "Background thread"): the
+ * sealer of the tamper-evident log and the follower of the deferred projections (the AuditEvent
+ * view) run in a worker thread with their own small pool on the same schema, so that reading the
+ * log, canonicalising, hashing and indexing every event costs the serving thread nothing (together
+ * 5–15 % of its work under a load of audited reads, bench/README.md). A thread that ends
+ * unexpectedly is started again after a second.
  */
 import { once } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
+import type { Position } from '../eventstore/port.js';
 
-/** What the worker gets: where to connect (its own pool on the same schema) and how to log. */
-export interface SealerWorkerData {
+/** What the worker gets: where to connect (its own pool on the same schema), what to run, how to log. */
+export interface BackgroundWorkerData {
   readonly connectionString: string;
   readonly searchPath?: string;
   readonly logLevel: string;
+  /** Run the sealer (elected among the cluster's processes). */
+  readonly seal: boolean;
+  /** Follow the log for the deferred projections. */
+  readonly followDeferred: boolean;
 }
+
+/** A message of the worker to the serving thread. */
+export type BackgroundMessage =
+  | { readonly active: boolean }
+  | { readonly stopped: true }
+  | { readonly deferred: { readonly name: string; readonly position: Position } };
 
 /** What serving needs of a background sealer, in this thread or in its own. */
 export interface BackgroundSealer {
@@ -30,22 +42,26 @@ const STOP_TIMEOUT_MS = 10_000;
 // The worker runs the TypeScript source as this process does: tsx's hooks are registered per
 // thread, so the worker registers them before importing its entry (resolved here, not from the cwd).
 const WORKER_URL = new URL(
-  `./sealer-worker${import.meta.url.slice(import.meta.url.lastIndexOf('.'))}`,
+  `./worker${import.meta.url.slice(import.meta.url.lastIndexOf('.'))}`,
   import.meta.url,
 );
 const BOOT = import.meta.url.endsWith('.ts')
   ? `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then(({ register }) => { register(); return import(${JSON.stringify(WORKER_URL.href)}); })`
   : `import(${JSON.stringify(WORKER_URL.href)})`;
 
-export class SealerThread implements BackgroundSealer {
+export class BackgroundThread implements BackgroundSealer {
   private worker: Worker | undefined;
   private activeNow = false;
   private stopping = false;
   private restart: NodeJS.Timeout | undefined;
 
+  /**
+   * @param onDeferred told what a deferred projection has applied and committed, up to where.
+   */
   constructor(
-    private readonly data: SealerWorkerData,
+    private readonly data: BackgroundWorkerData,
     private readonly logger: Logger,
+    private readonly onDeferred: (name: string, position: Position) => void = () => undefined,
   ) {}
 
   get active(): boolean {
@@ -57,20 +73,26 @@ export class SealerThread implements BackgroundSealer {
     if (this.worker || this.stopping) return;
     const worker = new Worker(BOOT, { eval: true, workerData: this.data });
     this.worker = worker;
-    worker.on('message', (message: { active?: boolean; stopped?: boolean }) => {
-      if (typeof message?.active === 'boolean') this.activeNow = message.active;
+    worker.on('message', (message: BackgroundMessage) => {
+      if ('active' in message) this.activeNow = message.active;
+      else if ('deferred' in message) this.onDeferred(message.deferred.name, message.deferred.position);
       // Its pool is closed: nothing left to wait for.
-      if (message?.stopped) void worker.terminate();
+      else if ('stopped' in message) void worker.terminate();
     });
-    worker.on('error', (error) => this.logger.error({ err: error }, 'the sealer thread failed'));
+    worker.on('error', (error) => this.logger.error({ err: error }, 'the background thread failed'));
     worker.on('exit', (code) => {
       this.worker = undefined;
       this.activeNow = false;
       if (this.stopping) return;
-      this.logger.error({ code }, 'the sealer thread ended; starting it again');
+      this.logger.error({ code }, 'the background thread ended; starting it again');
       this.restart = setTimeout(() => this.start(), RESTART_MS);
       this.restart.unref();
     });
+  }
+
+  /** Asks the deferred projections' follower to skip its pause: a reader waits for it. */
+  hurry(): void {
+    this.worker?.postMessage({ type: 'hurry' });
   }
 
   /** Asks the thread to stop and waits for it (terminated after 10 s). */
