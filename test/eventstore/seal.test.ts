@@ -272,13 +272,13 @@ describe('the background work of a casebook process (sealer, AuditEvent view)', 
   for (const database of testDatabases)
     it(`seals what is appended and indexes AuditEvents, ${database.name === 'postgres' ? 'in its own thread' : 'in this thread'} on ${database.name}, and stops with the process`, async () => {
       const opened = await database.open();
-      const config = loadConfig({ DATA_DIR: 'memory://', LOG_LEVEL: process.env.DEBUG_BG ? 'debug' : 'silent' });
+      const config = loadConfig({ DATA_DIR: 'memory://', LOG_LEVEL: 'silent' });
       const casebook = await openCasebook(config, {
         sql: opened.sql,
         seal: true,
         background: true,
         export: false,
-        logger: pino({ level: process.env.DEBUG_BG ? 'debug' : 'silent' }),
+        logger: pino({ level: 'silent' }),
       });
       let closed = false;
       try {
