@@ -24,14 +24,18 @@ import {
   EXPORT_BACKLOG_DECIDED,
   EXPORT_SINK_CONFIGURED,
   type ExportBacklogDecidedData,
+  type ExportSinkConfiguredData,
 } from '../domain/export/export-sink.js';
 import type { ChangedData, CreatedData } from '../domain/fhir/resource.js';
 import { resourceEventKind } from '../domain/fhir/resource.js';
 import type { RecordedEvent } from '../eventstore/port.js';
-import type { Projection } from './projection.js';
+import type { ApplyMode, Projection } from './projection.js';
+import { rowsParam } from './projection.js';
 
 /** Statuses whose report is exported. */
 const EXPORTED_STATUSES = new Set(['completed', 'amended']);
+/** States of a row whose report may still be sent (a failure or an abandon applies to them). */
+const OPEN_STATES = new Set(['pending', 'failed']);
 
 const EXPORT_EVENTS = new Set([
   REPORT_EXPORT_QUEUED,
@@ -76,110 +80,227 @@ export const exportOutboxProjection: Projection = {
     CREATE INDEX IF NOT EXISTS rm_export_outbox_due ON rm_export_outbox (state, next_attempt_at);`),
   handles: (type) =>
     EXPORT_EVENTS.has(type) || resourceEventKind(type)?.resourceType === 'QuestionnaireResponse',
-  apply: async (events, tx) => {
-    for (const event of events) await applyOne(event, tx);
+  apply: async (events, tx, mode) => {
+    // Split at the events that act on the whole table (rare): each run between them is folded
+    // in memory from the rows it touches and written with one upsert.
+    let run: RecordedEvent[] = [];
+    for (const event of events) {
+      if (event.type !== EXPORT_SINK_CONFIGURED && event.type !== EXPORT_BACKLOG_DECIDED) {
+        run.push(event);
+        continue;
+      }
+      await applyRun(run, tx, mode);
+      run = [];
+      await applyToAll(event, tx);
+    }
+    await applyRun(run, tx, mode);
   },
 };
 
-/** Export events are few (one per finished report version and attempt): one statement each. */
-const applyOne = async (event: RecordedEvent, tx: Sql): Promise<void> => {
+/** A row of `rm_export_outbox`, as `row_to_json` gives it and `json_populate_recordset` takes it. */
+interface OutboxRow {
+  tenant_id: number;
+  response_id: number;
+  version_id: number;
+  state: string;
+  attempts: number;
+  next_attempt_at: string;
+  last_error: string | null;
+  delivered_at: string | null;
+  created_at: string | null;
+  export_key: string | null;
+  sha256: string | null;
+  queued_at: string | null;
+  round_attempts: number;
+  round_started_at: string | null;
+  abandoned_reason: string | null;
+  backlog: string | null;
+}
+
+/** The response an event is about (every event of a run is about one). */
+const responseOf = (event: RecordedEvent): number | undefined => {
+  const d = event.data as { responseId?: unknown; id?: unknown };
+  const id = EXPORT_EVENTS.has(event.type) ? d.responseId : d.id;
+  return typeof id === 'number' ? id : undefined;
+};
+
+/**
+ * Applies a run of per-report events: reads the rows of the reports it names (locked when
+ * inline: a concurrent append touching them waits, then sees this one's result), applies each
+ * event to them in order by the rules of {@link applyOne}, and writes the rows that changed.
+ */
+const applyRun = async (events: readonly RecordedEvent[], tx: Sql, mode: ApplyMode): Promise<void> => {
+  if (events.length === 0) return;
+  const ids = [...new Set(events.map(responseOf).filter((id): id is number => id !== undefined))];
+  if (ids.length === 0) return;
+  const loaded = await tx.query<{ row: OutboxRow }>(
+    `SELECT row_to_json(o) AS row FROM rm_export_outbox o WHERE response_id = ANY($1::int[])
+      ORDER BY response_id, version_id${mode === 'inline' ? ' FOR UPDATE' : ''}`,
+    [ids],
+  );
+  const byResponse = new Map<number, Map<number, OutboxRow>>();
+  const versions = (id: number) => {
+    let rows = byResponse.get(id);
+    if (!rows) byResponse.set(id, (rows = new Map()));
+    return rows;
+  };
+  for (const { row } of loaded) versions(row.response_id).set(row.version_id, row);
+  const changed = new Set<OutboxRow>();
+  for (const event of events) applyOne(event, versions, changed);
+  if (changed.size === 0) return;
+  await tx.query(
+    `INSERT INTO rm_export_outbox SELECT * FROM json_populate_recordset(NULL::rm_export_outbox, $1::json)
+     ON CONFLICT (response_id, version_id) DO UPDATE SET
+       tenant_id = EXCLUDED.tenant_id, state = EXCLUDED.state, attempts = EXCLUDED.attempts,
+       next_attempt_at = EXCLUDED.next_attempt_at, last_error = EXCLUDED.last_error,
+       delivered_at = EXCLUDED.delivered_at, created_at = EXCLUDED.created_at,
+       export_key = EXCLUDED.export_key, sha256 = EXCLUDED.sha256, queued_at = EXCLUDED.queued_at,
+       round_attempts = EXCLUDED.round_attempts, round_started_at = EXCLUDED.round_started_at,
+       abandoned_reason = EXCLUDED.abandoned_reason, backlog = EXCLUDED.backlog`,
+    [rowsParam([...changed])],
+  );
+};
+
+/** The sink's configuration and the backlog decision act on every row: one statement each. */
+const applyToAll = async (event: RecordedEvent, tx: Sql): Promise<void> => {
+  if (event.type === EXPORT_SINK_CONFIGURED) {
+    // What waits unqueued now was written before this sink: the backlog, held for a choice (by
+    // its time, so that the event applied again never holds a report written after it).
+    const d = event.data as ExportSinkConfiguredData;
+    await tx.query(
+      `UPDATE rm_export_outbox SET backlog = 'held'
+        WHERE state = 'pending' AND sha256 IS NULL AND backlog IS NULL
+          AND (created_at IS NULL OR created_at <= $1::timestamptz)`,
+      [d.at],
+    );
+    return;
+  }
+  const d = event.data as ExportBacklogDecidedData;
+  if (d.choice === 'all') {
+    await tx.query(`UPDATE rm_export_outbox SET backlog = 'released' WHERE backlog = 'held'`);
+    return;
+  }
+  await tx.query(
+    `UPDATE rm_export_outbox SET backlog = CASE WHEN $1::timestamptz IS NOT NULL AND created_at >= $1::timestamptz
+       THEN 'released' ELSE 'skipped' END,
+       state = CASE WHEN $1::timestamptz IS NOT NULL AND created_at >= $1::timestamptz THEN state ELSE 'skipped' END
+     WHERE backlog = 'held'`,
+    [d.choice === 'since' ? (d.since ?? null) : null],
+  );
+};
+
+/**
+ * One per-report event applied to the rows of its report (`versions(responseId)`: version → row),
+ * adding the rows it changes or creates to `changed`. Export events are the exporter's record
+ * of an attempt; a QuestionnaireResponse version that reached an exported status adds a row.
+ */
+const applyOne = (
+  event: RecordedEvent,
+  versions: (responseId: number) => Map<number, OutboxRow>,
+  changed: Set<OutboxRow>,
+): void => {
+  const at = (responseId: number, version: number) => versions(responseId).get(version);
   switch (event.type) {
     case REPORT_EXPORT_QUEUED: {
       const d = event.data as ReportExportQueuedData;
-      await tx.query(
-        `UPDATE rm_export_outbox SET export_key = $3, sha256 = $4, queued_at = $5,
-           round_started_at = COALESCE(round_started_at, $5)
-         WHERE response_id = $1 AND version_id = $2 AND sha256 IS NULL`,
-        [d.responseId, d.version, d.key, d.sha256, d.at],
-      );
+      const row = at(d.responseId, d.version);
+      if (!row || row.sha256 !== null) return;
+      Object.assign(row, {
+        export_key: d.key,
+        sha256: d.sha256,
+        queued_at: d.at,
+        round_started_at: row.round_started_at ?? d.at,
+      });
+      changed.add(row);
       return;
     }
     case REPORT_EXPORTED: {
       const d = event.data as ReportExportedData;
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'delivered', attempts = GREATEST(attempts, $3), delivered_at = $4,
-           last_error = NULL, abandoned_reason = NULL
-         WHERE response_id = $1 AND version_id = $2`,
-        [d.responseId, d.version, d.attempt, d.at],
-      );
+      const row = at(d.responseId, d.version);
+      if (!row) return;
+      Object.assign(row, {
+        state: 'delivered',
+        attempts: Math.max(row.attempts, d.attempt),
+        delivered_at: d.at,
+        last_error: null,
+        abandoned_reason: null,
+      });
+      changed.add(row);
       return;
     }
     case REPORT_EXPORT_FAILED: {
       const d = event.data as ReportExportFailedData;
+      const row = at(d.responseId, d.version);
       // A late failure never undoes a delivery; an older attempt never overwrites a newer one.
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'failed', attempts = $3, next_attempt_at = $4, last_error = $5
-         WHERE response_id = $1 AND version_id = $2 AND state IN ('pending', 'failed') AND attempts < $3`,
-        [d.responseId, d.version, d.attempt, d.nextAttemptAt, storable(d.error)],
-      );
+      if (!row || !OPEN_STATES.has(row.state) || row.attempts >= d.attempt) return;
+      Object.assign(row, {
+        state: 'failed',
+        attempts: d.attempt,
+        next_attempt_at: d.nextAttemptAt,
+        last_error: storable(d.error),
+      });
+      changed.add(row);
       return;
     }
     case REPORT_EXPORT_ABANDONED: {
       const d = event.data as ReportExportAbandonedData;
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'abandoned', abandoned_reason = $3
-         WHERE response_id = $1 AND version_id = $2 AND state IN ('pending', 'failed')`,
-        [d.responseId, d.version, storable(d.reason)],
-      );
+      const row = at(d.responseId, d.version);
+      if (!row || !OPEN_STATES.has(row.state)) return;
+      Object.assign(row, { state: 'abandoned', abandoned_reason: storable(d.reason) });
+      changed.add(row);
       return;
     }
     case REPORT_EXPORT_REQUEUED: {
       const d = event.data as ReportExportRequeuedData;
-      await tx.query(
-        `UPDATE rm_export_outbox SET state = 'failed', next_attempt_at = $3, round_attempts = attempts,
-           round_started_at = $3, abandoned_reason = NULL
-         WHERE response_id = $1 AND version_id = $2 AND state = 'abandoned'`,
-        [d.responseId, d.version, d.at],
-      );
-      return;
-    }
-    case EXPORT_SINK_CONFIGURED:
-      // What waits unqueued now was written before this sink: the backlog, held for a choice.
-      await tx.query(
-        `UPDATE rm_export_outbox SET backlog = 'held' WHERE state = 'pending' AND sha256 IS NULL AND backlog IS NULL`,
-      );
-      return;
-    case EXPORT_BACKLOG_DECIDED: {
-      const d = event.data as ExportBacklogDecidedData;
-      if (d.choice === 'all') {
-        await tx.query(`UPDATE rm_export_outbox SET backlog = 'released' WHERE backlog = 'held'`);
-        return;
-      }
-      await tx.query(
-        `UPDATE rm_export_outbox SET backlog = CASE WHEN $1::timestamptz IS NOT NULL AND created_at >= $1::timestamptz
-           THEN 'released' ELSE 'skipped' END,
-           state = CASE WHEN $1::timestamptz IS NOT NULL AND created_at >= $1::timestamptz THEN state ELSE 'skipped' END
-         WHERE backlog = 'held'`,
-        [d.choice === 'since' ? (d.since ?? null) : null],
-      );
+      const row = at(d.responseId, d.version);
+      if (!row || row.state !== 'abandoned') return;
+      Object.assign(row, {
+        state: 'failed',
+        next_attempt_at: d.at,
+        round_attempts: row.attempts,
+        round_started_at: d.at,
+        abandoned_reason: null,
+      });
+      changed.add(row);
       return;
     }
   }
   const kind = resourceEventKind(event.type);
   if (!kind || kind.resourceType !== 'QuestionnaireResponse') return;
-  if (kind.kind === 'deleted') {
-    const d = event.data as { id: number };
-    await tx.query(
-      `UPDATE rm_export_outbox SET state = 'cancelled' WHERE response_id = $1 AND state IN ('pending', 'failed')`,
-      [d.id],
-    );
-    return;
-  }
-  const d = event.data as CreatedData | ChangedData;
-  const versionId = Number(event.revision) + 1;
+  const d = event.data as CreatedData | ChangedData | { id: number };
+  const rows = versions(d.id);
+  // A deletion cancels every undelivered version; a newer version (or a step back from
+  // completed) makes undelivered older ones moot.
+  const versionId = kind.kind === 'deleted' ? Number.POSITIVE_INFINITY : Number(event.revision) + 1;
+  for (const row of rows.values())
+    if (row.version_id < versionId && OPEN_STATES.has(row.state)) {
+      row.state = 'cancelled';
+      changed.add(row);
+    }
+  if (kind.kind === 'deleted' || !('resource' in d)) return;
   const status = typeof d.resource.status === 'string' ? d.resource.status : undefined;
-  // A newer version (or a step back from completed) makes undelivered older versions moot.
-  await tx.query(
-    `UPDATE rm_export_outbox SET state = 'cancelled' WHERE response_id = $1 AND version_id < $2 AND state IN ('pending', 'failed')`,
-    [d.id, versionId],
-  );
-  if (!status || !EXPORTED_STATUSES.has(status)) return;
+  if (!status || !EXPORTED_STATUSES.has(status) || rows.has(versionId)) return;
   const tenantId =
     'tenantId' in d && typeof d.tenantId === 'number' ? d.tenantId : (event.metadata.tenantId ?? null);
   if (tenantId === null) return;
-  await tx.query(
-    `INSERT INTO rm_export_outbox (tenant_id, response_id, version_id, state, attempts, next_attempt_at, created_at)
-       VALUES ($1, $2, $3, 'pending', 0, $4, $4) ON CONFLICT (response_id, version_id) DO NOTHING`,
-    [tenantId, d.id, versionId, d.at],
-  );
+  const row: OutboxRow = {
+    tenant_id: tenantId,
+    response_id: d.id,
+    version_id: versionId,
+    state: 'pending',
+    attempts: 0,
+    next_attempt_at: d.at,
+    last_error: null,
+    delivered_at: null,
+    created_at: d.at,
+    export_key: null,
+    sha256: null,
+    queued_at: null,
+    round_attempts: 0,
+    round_started_at: null,
+    abandoned_reason: null,
+    backlog: null,
+  };
+  rows.set(versionId, row);
+  changed.add(row);
 };

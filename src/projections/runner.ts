@@ -108,6 +108,40 @@ const sleep = (ms: number, signal?: AbortSignal) =>
   });
 
 /**
+ * Drops the secondary indexes of `tables` (neither primary keys nor unique ones, which upserts
+ * need) and returns their definitions: a rebuild fills the tables first and builds each index once
+ * at the end, several times faster than keeping it up to date row by row (GIN above all). Should
+ * the rebuild stop half-way, the next start's migrations create them again.
+ */
+const dropSecondaryIndexes = async (sql: Sql, tables: readonly string[]): Promise<string[]> => {
+  const rows = await sql.query<{ name: string; definition: string }>(
+    `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
+       FROM pg_index i
+       JOIN pg_class c ON c.oid = i.indexrelid
+       JOIN pg_class t ON t.oid = i.indrelid
+       JOIN pg_namespace n ON n.oid = t.relnamespace
+      WHERE n.nspname = current_schema() AND t.relname = ANY($1::text[])
+        AND NOT i.indisprimary AND NOT i.indisunique
+      ORDER BY c.relname`,
+    [[...tables]],
+  );
+  for (const row of rows) await sql.exec(`DROP INDEX IF EXISTS ${escapeIdentifier(row.name)}`);
+  return rows.map((r) => r.definition.replace(/^CREATE INDEX /, 'CREATE INDEX IF NOT EXISTS '));
+};
+
+/** Creates the indexes {@link dropSecondaryIndexes} dropped, in one transaction with room to sort. */
+const createIndexes = async (sql: Sql, definitions: readonly string[]): Promise<void> => {
+  if (definitions.length === 0) return;
+  await sql.transaction(async (tx) => {
+    await tx.exec(`SET LOCAL maintenance_work_mem = '256MB'`);
+    for (const definition of definitions) await tx.exec(definition);
+  });
+};
+
+/** A double-quoted SQL identifier. */
+const escapeIdentifier = (name: string): string => `"${name.replace(/"/g, '""')}"`;
+
+/**
  * Groups an event stream into batches: a batch is yielded when it holds `maxSize` events, or when
  * no further event arrived within `maxWaitMs` of the last one.
  */
@@ -556,6 +590,22 @@ export class ProjectionRunner {
     sql: Sql,
   ): Promise<void> {
     const last = page.at(-1)!.position;
+    if (sql === this.sql && sql.kind === 'postgres' && checkpoints.size > 1) {
+      // Outside a caller's transaction on PostgreSQL, each projection gets its own transaction
+      // (with its checkpoint), all at once on the pool: one projection's statements run in the
+      // server while the next one's rows are folded here (a rebuild of 200,000 events on 2 cores: 9.2 s
+      // in one transaction per page, 6.4 s so; bench/README.md).
+      const names = [...checkpoints];
+      const alone = names.map(([name, checkpoint]) => new Map([[name, checkpoint]]));
+      const settled = await Promise.allSettled(alone.map((one) => this.applyCatchUp(page, one, sql)));
+      const failed = settled.find((r) => r.status === 'rejected');
+      if (failed) throw failed.reason;
+      names.forEach(([name], i) => {
+        if (alone[i]!.has(name)) checkpoints.set(name, last);
+        else checkpoints.delete(name);
+      });
+      return;
+    }
     const run = async (tx: Sql) => {
       for (const [name, checkpoint] of checkpoints) {
         const projection = this.byName.get(name)!;
@@ -705,7 +755,7 @@ export class ProjectionRunner {
       });
       if (!free) throw new Error('a projection runner is active on this database: stop it before replaying');
     }
-    await this.sql.transaction(async (tx) => {
+    const indexes = await this.sql.transaction(async (tx) => {
       if (this.mode === 'inline') await this.appends().lockAppends(tx);
       for (const name of names) {
         const projection = this.byName.get(name)!;
@@ -717,11 +767,16 @@ export class ProjectionRunner {
           [name, this.mode === 'inline' ? 'building' : 'live'],
         );
       }
+      return dropSecondaryIndexes(
+        tx,
+        names.flatMap((name) => this.byName.get(name)!.tables),
+      );
     });
     this.progress = undefined;
     this.deferredAt.clear();
     const read = await this.catchUp(onProgress);
     await this.catchUpDeferred();
+    await createIndexes(this.sql, indexes);
     return read;
   }
 

@@ -98,12 +98,68 @@ const log = (): RecordedEvent[] => [
     attempt: 1,
     at: at(17),
   }),
+  // Queued with its key, failed, abandoned, requeued (a new round), then delivered.
+  response(4, 0, 'QuestionnaireResponseCreated', 'completed', 18),
+  recorded('ReportExportQueued', 'export-QuestionnaireResponse-4', 0, {
+    responseId: 4,
+    version: 1,
+    key: 'k-4-1',
+    sha256: 'a'.repeat(64),
+    at: at(19),
+  }),
+  recorded('ReportExportQueued', 'export-QuestionnaireResponse-4', 1, {
+    responseId: 4,
+    version: 1,
+    key: 'k-other',
+    sha256: 'b'.repeat(64),
+    at: at(20),
+  }),
+  recorded('ReportExportFailed', 'export-QuestionnaireResponse-4', 2, {
+    responseId: 4,
+    version: 1,
+    attempt: 1,
+    error: 'nul \u0000 here',
+    nextAttemptAt: at(22),
+    at: at(21),
+  }),
+  recorded('ReportExportAbandoned', 'export-QuestionnaireResponse-4', 3, {
+    responseId: 4,
+    version: 1,
+    attempt: 1,
+    reason: 'too many attempts',
+    at: at(23),
+  }),
+  recorded('ReportExportRequeued', 'export-QuestionnaireResponse-4', 4, {
+    responseId: 4,
+    version: 1,
+    at: at(24),
+  }),
+  recorded('ReportExported', 'export-QuestionnaireResponse-4', 5, {
+    responseId: 4,
+    version: 1,
+    sink: 'mllp://ris',
+    attempt: 2,
+    at: at(25),
+  }),
+  // A backlog: two reports waiting when a sink is configured, one released by the decision.
+  response(5, 0, 'QuestionnaireResponseCreated', 'completed', 26),
+  response(6, 0, 'QuestionnaireResponseCreated', 'completed', 28),
+  recorded('ExportSinkConfigured', 'export-sink', 0, { sink: 'mllp://ris', at: at(29) }),
+  recorded('ExportBacklogDecided', 'export-sink', 1, {
+    choice: 'since',
+    since: at(27),
+    source: 'EXPORT_BACKLOG',
+    at: at(30),
+  }),
+  response(7, 0, 'QuestionnaireResponseCreated', 'completed', 31),
 ];
 
 const dump = (sql: Sql) =>
   sql.query(
     `SELECT response_id, version_id, tenant_id, state, attempts, next_attempt_at::text AS next_attempt_at,
-            last_error, delivered_at::text AS delivered_at
+            last_error, delivered_at::text AS delivered_at, created_at::text AS created_at, export_key,
+            sha256, queued_at::text AS queued_at, round_attempts, round_started_at::text AS round_started_at,
+            abandoned_reason, backlog
        FROM rm_export_outbox ORDER BY response_id, version_id`,
   );
 
@@ -127,10 +183,26 @@ for (const db of testDatabases) {
         expect(inline.map((r) => `${r.response_id}/${r.version_id} ${r.state}`)).to.deep.equal([
           '1/2 delivered',
           '1/3 cancelled',
-          '1/4 pending',
+          '1/4 skipped',
           '2/1 cancelled',
           '3/1 cancelled',
+          '4/1 delivered',
+          '5/1 skipped',
+          '6/1 pending',
+          '7/1 pending',
         ]);
+        const row = (id: number) => inline.find((r) => r.response_id === id)!;
+        expect(row(4)).to.deep.include({
+          export_key: 'k-4-1',
+          sha256: 'a'.repeat(64),
+          attempts: 2,
+          round_attempts: 1,
+          last_error: null,
+          abandoned_reason: null,
+        });
+        expect(new Date(String(row(4).round_started_at)).toISOString()).to.equal(at(24));
+        expect(new Date(String(row(4).delivered_at)).toISOString()).to.equal(at(25));
+        expect([row(5).backlog, row(6).backlog, row(7).backlog]).to.deep.equal(['skipped', 'released', null]);
         for (const size of [events.length, 1, 2, 3, 5]) {
           await fresh(sql);
           for (let i = 0; i < events.length; i += size)
