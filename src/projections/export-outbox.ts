@@ -140,8 +140,8 @@ const applyRun = async (events: readonly RecordedEvent[], tx: Sql, mode: ApplyMo
   );
   const byResponse = new Map<number, Map<number, OutboxRow>>();
   const versions = (id: number) => {
-    let rows = byResponse.get(id);
-    if (!rows) byResponse.set(id, (rows = new Map()));
+    const rows = byResponse.get(id) ?? new Map<number, OutboxRow>();
+    byResponse.set(id, rows);
     return rows;
   };
   for (const { row } of loaded) versions(row.response_id).set(row.version_id, row);
