@@ -25,10 +25,55 @@ export const migrateSequences = async (sql: Sql): Promise<void> => {
   for (const kind of ID_SEQUENCES) await sql.exec(`CREATE SEQUENCE IF NOT EXISTS ${sequenceName(kind)}`);
 };
 
-/** Allocates the next integer id of `kind` from its sequence (one round trip). */
-export const allocateId = async (sql: Sql, kind: IdKind): Promise<number> => {
-  const rows = await sql.query<{ id: string }>(`SELECT nextval('${sequenceName(kind)}')::text AS id`);
-  return Number(rows[0]!.id);
+/** Ids of one kind being allocated on one database: the round trip in flight and who waits for the next. */
+interface AllocationQueue {
+  inFlight: boolean;
+  waiting: { resolve: (id: number) => void; reject: (error: unknown) => void }[];
+}
+
+/** Most ids one round trip allocates. */
+const MAX_IDS_PER_ROUND_TRIP = 256;
+const queues = new WeakMap<Sql, Map<IdKind, AllocationQueue>>();
+
+/**
+ * Allocates the next integer id of `kind` from its sequence. Allocations asked for while one is
+ * in flight share the next round trip (`nextval` over `generate_series`), in the order they were
+ * asked, as the audit trail's group commit shares an append: under 20 concurrent creates this
+ * saves most of a round trip each; one at a time it is one `nextval`, as before, and no id is
+ * held back (a restart leaves no gap).
+ * @throws what the query threw (the database is unreachable…).
+ */
+export const allocateId = (sql: Sql, kind: IdKind): Promise<number> =>
+  new Promise<number>((resolve, reject) => {
+    const byKind = queues.get(sql) ?? new Map<IdKind, AllocationQueue>();
+    queues.set(sql, byKind);
+    const queue = byKind.get(kind) ?? { inFlight: false, waiting: [] };
+    byKind.set(kind, queue);
+    queue.waiting.push({ resolve, reject });
+    if (!queue.inFlight) void drainAllocations(sql, kind, queue);
+  });
+
+const drainAllocations = async (sql: Sql, kind: IdKind, queue: AllocationQueue): Promise<void> => {
+  queue.inFlight = true;
+  try {
+    while (queue.waiting.length > 0) {
+      const batch = queue.waiting.splice(0, MAX_IDS_PER_ROUND_TRIP);
+      try {
+        const rows =
+          batch.length === 1
+            ? await sql.query<{ id: string }>(`SELECT nextval('${sequenceName(kind)}')::text AS id`)
+            : await sql.query<{ id: string }>(
+                `SELECT nextval('${sequenceName(kind)}') AS id FROM generate_series(1, $1::int) ORDER BY 1`,
+                [batch.length],
+              );
+        for (const [i, waiter] of batch.entries()) waiter.resolve(Number(rows[i]!.id));
+      } catch (error) {
+        for (const waiter of batch) waiter.reject(error);
+      }
+    }
+  } finally {
+    queue.inFlight = false;
+  }
 };
 
 /**

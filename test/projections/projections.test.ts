@@ -1080,6 +1080,21 @@ for (const db of testDatabases) {
         expect(await allocateId(fresh.sql, 'session')).to.equal(10);
         expect(await allocateId(fresh.sql, 'tenant')).to.equal(2);
       });
+
+      it('gives concurrent allocations distinct ids in the order asked, and one at a time leaves no gap', async () => {
+        const fresh = await openHarness();
+        const concurrent = await Promise.all(
+          Array.from({ length: 40 }, () => allocateId(fresh.sql, 'Patient')),
+        );
+        expect(concurrent).to.deep.equal(Array.from({ length: 40 }, (_, i) => i + 1));
+        // Two kinds at once do not share a round trip's ids.
+        const [patient, task] = await Promise.all([
+          allocateId(fresh.sql, 'Patient'),
+          allocateId(fresh.sql, 'Task'),
+        ]);
+        expect([patient, task]).to.deep.equal([41, 1]);
+        for (let i = 0; i < 3; i++) expect(await allocateId(fresh.sql, 'Patient')).to.equal(42 + i);
+      });
     });
 
     describe('resource versions (updates and deletes)', () => {
