@@ -7,7 +7,6 @@ import Router from '@koa/router';
 import Koa from 'koa';
 import { v4 as uuidv4 } from 'uuid';
 import type { Casebook } from '../casebook.js';
-import { REQUEST_EVALUATION_BUDGET_MS, withEvaluationBudget } from '../sdc/budget.js';
 import { sendErrorPage } from './app/error-page.js';
 import { appRouter } from './app/router.js';
 import { auditMiddleware } from './audit.js';
@@ -170,11 +169,11 @@ export const createHttpApp = (casebook: Casebook): Koa => {
 
   app.use((ctx, next) => (isFhir(ctx.path) ? corsMiddleware(ctx, next) : next()));
 
-  // Issue 10: bounded body parsing, FHIR's string rule on everything a client sends, and a time
-  // budget for the FHIRPath and regexes a request makes casebook evaluate — before any route.
+  // Issue 10: bounded body parsing and FHIR's string rule on everything a client sends — before
+  // any route. The time budget of what a request makes casebook evaluate is the request's
+  // EvaluationBudget (src/http/edge/budget.ts), passed by the routes that evaluate.
   app.use(boundedBody());
   app.use(fhirStringRule(isFhir));
-  app.use((_ctx, next) => withEvaluationBudget(REQUEST_EVALUATION_BUDGET_MS, next));
 
   const root = new Router();
   const application = appRouter(casebook);

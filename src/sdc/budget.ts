@@ -4,12 +4,14 @@
  * responses run synchronously, so each evaluation runs inside a `vm` script with a `timeout`. V8's
  * watchdog then interrupts it wherever it is, even deep inside a regular-expression backtrack.
  * Each evaluation gets at most {@link EVALUATION_BUDGET_MS}; all evaluations of one request
- * together at most {@link REQUEST_EVALUATION_BUDGET_MS} (see {@link withEvaluationBudget}).
+ * together at most {@link REQUEST_EVALUATION_BUDGET_MS}: the request's {@link EvaluationBudget},
+ * which the HTTP layer creates (`ctx.state.evaluationBudget`) and passes to the SDC functions
+ * (`budget` of their options), and they to every evaluation.
  *
- * The request's budget travels in an AsyncLocalStorage, so the pure SDC functions need no extra
- * parameter and every host (form backend, report editor) is covered by one edge middleware.
+ * The budget is passed, not carried in an AsyncLocalStorage: on Node 20 one AsyncLocalStorage in
+ * use puts promise hooks on every promise of the process, a cost every request paid (4–12 %
+ * of audited reads per second, bench/README.md) for what a few SDC requests need.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import vm from 'node:vm';
 
 /** The longest one evaluation (one FHIRPath expression, one regex match) may run, in milliseconds. */
@@ -33,18 +35,11 @@ export class EvaluationBudgetExceeded extends Error {
   }
 }
 
-interface RequestBudget {
-  remainingMs: number;
+/** What is left of one request's evaluation budget: shared by every evaluation the request makes. */
+export class EvaluationBudget {
+  /** @param remainingMs milliseconds left (default {@link REQUEST_EVALUATION_BUDGET_MS}). */
+  constructor(public remainingMs: number = REQUEST_EVALUATION_BUDGET_MS) {}
 }
-
-const requestBudget = new AsyncLocalStorage<RequestBudget>();
-
-/**
- * Runs `fn` (and everything it awaits) with a total evaluation budget of `totalMs` milliseconds
- * shared by all {@link runWithinBudget} calls inside it.
- */
-export const withEvaluationBudget = <T>(totalMs: number, fn: () => T): T =>
-  requestBudget.run({ remainingMs: totalMs }, fn);
 
 // One context for every evaluation: creating a context costs milliseconds, entering one ~0.1 ms.
 const sandbox = vm.createContext({ task: undefined as (() => unknown) | undefined });
@@ -56,14 +51,14 @@ let running = false;
  * budget has less left), and charges the time to the request's budget. A task interrupted while
  * the process got less than half the time as CPU (a busy machine) is run once more, so at worst
  * one evaluation takes twice its budget.
+ * @param budget the request's budget; without one only the bound of one evaluation applies.
  * @returns what `task` returns.
  * @throws {EvaluationBudgetExceeded} when `task` ran out of time (it is interrupted) or the
  *   request's budget was already used up (it is not started); anything `task` throws.
  */
-export const runWithinBudget = <T>(task: () => T): T => {
+export const runWithinBudget = <T>(task: () => T, budget?: EvaluationBudget): T => {
   // A task that evaluates more (a FHIRPath function calling a regex) is already timed.
   if (running) return task();
-  const budget = requestBudget.getStore();
   for (let attempt = 1; ; attempt++) {
     if (budget && budget.remainingMs <= 0)
       throw new EvaluationBudgetExceeded(REQUEST_EVALUATION_BUDGET_MS, 'request');

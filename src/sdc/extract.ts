@@ -8,6 +8,7 @@
  */
 import r5 from 'fhirpath/fhir-context/r5';
 import { v5 as uuidv5 } from 'uuid';
+import type { EvaluationBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
 import type {
   Extension,
@@ -40,6 +41,8 @@ export const EXTRACT_NAMESPACE = uuidv5(
 export interface ExtractOptions {
   /** effectiveDateTime of Observations when the response has no `authored`. Default: the clock. */
   readonly now?: Date;
+  /** The request's evaluation budget (src/sdc/budget.ts), shared by every expression. */
+  readonly budget?: EvaluationBudget;
 }
 
 export interface ExtractResult {
@@ -386,7 +389,11 @@ export const extract = async (
         data,
         expression,
         { resource: response, questionnaire, context: data },
-        { ...(data === response ? {} : { base: 'QuestionnaireResponse.item' }), now },
+        {
+          ...(data === response ? {} : { base: 'QuestionnaireResponse.item' }),
+          now,
+          ...(options.budget ? { budget: options.budget } : {}),
+        },
       );
     } catch (error) {
       return error instanceof Error ? error.message : String(error);

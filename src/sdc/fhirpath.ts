@@ -10,7 +10,7 @@
  */
 import fhirpath from 'fhirpath';
 import r5model from 'fhirpath/fhir-context/r5';
-import { EvaluationBudgetExceeded, runWithinBudget } from './budget.js';
+import { type EvaluationBudget, EvaluationBudgetExceeded, runWithinBudget } from './budget.js';
 import { matchesAnywhere, matchesWhole, type RegexFlags, replaceAllMatches } from './regex.js';
 
 /** Environment variables of an evaluation, without the `%` (`{ patient: {...} }` → `%patient`). */
@@ -24,6 +24,8 @@ export interface FhirPathOptions {
   readonly base?: string;
   /** The instant `now()`, `today()` and `timeOfDay()` answer (UTC); the wall clock without it. */
   readonly now?: Date;
+  /** The request's evaluation budget, charged with this evaluation (src/sdc/budget.ts). */
+  readonly budget?: EvaluationBudget;
 }
 
 /** One result of an evaluation with its FHIRPath type. */
@@ -129,11 +131,13 @@ const run = (
     const userInvocationTable = options.now
       ? { ...RE2_FUNCTIONS, ...clockFunctions(options.now) }
       : RE2_FUNCTIONS;
-    const result: unknown = runWithinBudget(() =>
-      fhirpath.evaluate(resource as object, path, env as never, r5model, {
-        resolveInternalTypes,
-        userInvocationTable,
-      } as never),
+    const result: unknown = runWithinBudget(
+      () =>
+        fhirpath.evaluate(resource as object, path, env as never, r5model, {
+          resolveInternalTypes,
+          userInvocationTable,
+        } as never),
+      options.budget,
     );
     if (result instanceof Promise)
       throw new FhirPathError(expression, 'asynchronous FHIRPath functions are not supported');

@@ -6,6 +6,7 @@
  * src/sdc/fhirpath.ts. An expression that fails or answers the wrong type is a warning in
  * `issues`, never a failure.
  */
+import type { EvaluationBudget } from './budget.js';
 import { evaluateFhirPathTyped, type FhirPathEnv, FhirPathError, type TypedValue } from './fhirpath.js';
 import type {
   CanonicalResolver,
@@ -58,6 +59,8 @@ export interface PopulateInput {
   readonly resolve?: CanonicalResolver;
   /** What `now()`/`today()` answer; the wall clock without it. */
   readonly now?: Date;
+  /** The request's evaluation budget (src/sdc/budget.ts), shared by every expression. */
+  readonly budget?: EvaluationBudget;
 }
 
 /** The output of {@link populate}: the response and the warnings met while building it. */
@@ -373,7 +376,10 @@ const admittedByOptions = (item: QuestionnaireItem, [key, value]: [string, unkno
  */
 export const populate = async (input: PopulateInput): Promise<PopulateResult> => {
   const { questionnaire } = input;
-  const options = input.now ? { now: input.now } : {};
+  const options = {
+    ...(input.now ? { now: input.now } : {}),
+    ...(input.budget ? { budget: input.budget } : {}),
+  };
   const issues = new Issues();
   const contexts = new Map<string, Json>();
   for (const { name, content } of input.context) if (!contexts.has(name)) contexts.set(name, content);

@@ -10,7 +10,7 @@
  * (minLength, regex, minValue, maxValue, maxDecimalPlaces) and the questionnaire-constraint
  * invariants (FHIRPath, within the evaluation budget of issue 10).
  */
-import { runWithinBudget } from './budget.js';
+import { type EvaluationBudget, runWithinBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
 import { matchesWhole } from './regex.js';
 import type {
@@ -75,6 +75,8 @@ type Problem = Omit<OperationOutcomeIssue, 'severity'> & {
 export interface ValidateOptions {
   /** Resolves answerValueSet canonicals; without it (or when it finds nothing) membership is only warned about. */
   readonly resolve?: CanonicalResolver;
+  /** The request's evaluation budget (src/sdc/budget.ts), shared by every expression and regex. */
+  readonly budget?: EvaluationBudget;
 }
 
 /** A response item placed in the tree: its Questionnaire item and where it sits. */
@@ -374,6 +376,7 @@ export const validateResponse = async (
   const report = (p: Problem) => problems.push(p);
   // Our own copy: fhirpath.js annotates what it evaluates, and the caller's objects stay untouched.
   const qr = structuredClone(response) as QuestionnaireResponse;
+  const budget = options.budget;
   const status = (qr as { status?: unknown }).status;
   const lenient = status === 'in-progress' || status === 'stopped';
 
@@ -608,8 +611,8 @@ export const validateResponse = async (
       // `answer.value` resolves value[x]; a plain variable would hide that type.
       const env = { resource: qr, rootResource: qr, questionnaire, qitem: q };
       const result = context
-        ? evaluateFhirPath(context.r, expression, env, { base: 'QuestionnaireResponse.item' })
-        : evaluateFhirPath(qr, expression, env);
+        ? evaluateFhirPath(context.r, expression, env, { base: 'QuestionnaireResponse.item', budget })
+        : evaluateFhirPath(qr, expression, env, { budget });
       return result.length === 1 && result[0] === true;
     } catch (error) {
       if (!expressionFailures.has(q.linkId)) {
@@ -698,8 +701,8 @@ export const validateResponse = async (
           ...(node ? { qitem: node.q } : {}),
         };
         return node
-          ? evaluateFhirPath(node.r, expression, env, { base: 'QuestionnaireResponse.item' })
-          : evaluateFhirPath(qr, expression, env);
+          ? evaluateFhirPath(node.r, expression, env, { base: 'QuestionnaireResponse.item', budget })
+          : evaluateFhirPath(qr, expression, env, { budget });
       });
       if (!problem) continue;
       if (problem.code === 'processing') invariantFailures.add(constraint.source);
@@ -848,7 +851,7 @@ export const validateResponse = async (
         });
       const regex = extensionValue(q, EXT_REGEX)?.[1];
       if (typeof regex === 'string') {
-        const problem = regexProblem(q, regex, value, path);
+        const problem = regexProblem(q, regex, value, path, options.budget);
         if (problem) report(problem);
       }
     }
@@ -938,10 +941,11 @@ const regexProblem = (
   regex: string,
   value: string,
   path: string,
+  budget: EvaluationBudget | undefined,
 ): Problem | undefined => {
   let matched: boolean;
   try {
-    matched = runWithinBudget(() => matchesWhole(regex, value));
+    matched = runWithinBudget(() => matchesWhole(regex, value), budget);
   } catch (error) {
     return {
       code: 'processing',

@@ -6,9 +6,9 @@
 import { expect } from 'chai';
 import {
   EVALUATION_BUDGET_MS,
+  EvaluationBudget,
   EvaluationBudgetExceeded,
   runWithinBudget,
-  withEvaluationBudget,
 } from '../../src/sdc/budget.js';
 import { extract } from '../../src/sdc/extract.js';
 import { evaluateFhirPath, FhirPathError } from '../../src/sdc/fhirpath.js';
@@ -60,17 +60,16 @@ describe('evaluation budgets', () => {
   });
 
   it("charges every evaluation to the request's budget and refuses to start once it is used up", () => {
-    withEvaluationBudget(250, () => {
-      const first = timed(() => runWithinBudget(spin));
-      expect((first.error as EvaluationBudgetExceeded).scope).to.equal('evaluation');
-      const second = timed(() => runWithinBudget(spin));
-      expect((second.error as EvaluationBudgetExceeded).scope).to.equal('request');
-      expect(second.ms).to.be.below(EVALUATION_BUDGET_MS);
-      const third = timed(() => runWithinBudget(() => 1));
-      expect((third.error as EvaluationBudgetExceeded).scope).to.equal('request');
-      expect(third.ms).to.be.below(50);
-    });
-    // Outside a request, only the per-evaluation budget applies.
+    const budget = new EvaluationBudget(250);
+    const first = timed(() => runWithinBudget(spin, budget));
+    expect((first.error as EvaluationBudgetExceeded).scope).to.equal('evaluation');
+    const second = timed(() => runWithinBudget(spin, budget));
+    expect((second.error as EvaluationBudgetExceeded).scope).to.equal('request');
+    expect(second.ms).to.be.below(EVALUATION_BUDGET_MS);
+    const third = timed(() => runWithinBudget(() => 1, budget));
+    expect((third.error as EvaluationBudgetExceeded).scope).to.equal('request');
+    expect(third.ms).to.be.below(50);
+    // Without a request's budget, only the per-evaluation budget applies.
     expect(runWithinBudget(() => 42)).to.equal(42);
   });
 
@@ -106,9 +105,12 @@ describe('evaluation budgets', () => {
       })),
     };
     const started = performance.now();
-    const { issues } = await withEvaluationBudget(750, () =>
-      populate({ questionnaire, context: [], now: NOW }),
-    );
+    const { issues } = await populate({
+      questionnaire,
+      context: [],
+      now: NOW,
+      budget: new EvaluationBudget(750),
+    });
     expect(performance.now() - started).to.be.below(1000);
     expect(issues.issue).to.have.length(6);
     expect(issues.issue.map((i) => i.severity)).to.deep.equal(Array(6).fill('warning'));
@@ -132,9 +134,12 @@ describe('evaluation budgets', () => {
       })),
     };
     const started = performance.now();
-    const { response, issues } = await withEvaluationBudget(750, () =>
-      populate({ questionnaire, context: [], now: NOW }),
-    );
+    const { response, issues } = await populate({
+      questionnaire,
+      context: [],
+      now: NOW,
+      budget: new EvaluationBudget(750),
+    });
     expect(performance.now() - started).to.be.below(1000);
     expect(issues.issue).to.have.length(6);
     expect(issues.issue.map((i) => [i.severity, i.code])).to.deep.equal(
@@ -169,7 +174,7 @@ describe('evaluation budgets', () => {
       item: Array.from({ length: 6 }, (_, i) => ({ linkId: `q${i}`, answer: [{ valueInteger: i }] })),
     };
     const started = performance.now();
-    const outcome = await withEvaluationBudget(750, () => validateResponse(response, questionnaire));
+    const outcome = await validateResponse(response, questionnaire, { budget: new EvaluationBudget(750) });
     expect(performance.now() - started).to.be.below(1000);
     // Each a warning that the expression failed; the items count as enabled, so no other issue.
     expect(outcome.issue.map((i) => [i.severity, i.code, i.expression])).to.deep.equal(

@@ -5,7 +5,7 @@
  * or slow expression an issue too, never an exception.
  */
 import { expect } from 'chai';
-import { withEvaluationBudget } from '../../src/sdc/budget.js';
+import { EvaluationBudget } from '../../src/sdc/budget.js';
 import type {
   OperationOutcome,
   Questionnaire,
@@ -211,7 +211,7 @@ describe('questionnaire-constraint ($validate)', () => {
     ]);
     const r = response(Array.from({ length: 5 }, (_, i) => ({ linkId: 'lesion', item: [size(i)] })));
     const started = performance.now();
-    const outcome = await withEvaluationBudget(750, () => validateResponse(r, q));
+    const outcome = await validateResponse(r, q, { budget: new EvaluationBudget(750) });
     expect(performance.now() - started).to.be.below(1000);
     expect(summary(outcome)).to.deep.equal(['warning processing QuestionnaireResponse.item[0]']);
     expect(outcome.issue[0]!.diagnostics).to.match(/budget of 200 ms/);
@@ -228,7 +228,7 @@ describe('questionnaire-constraint ($validate)', () => {
       Array.from({ length: 6 }, (_, i) => ({ linkId: `q${i}`, answer: [{ valueInteger: i }] })),
     );
     const started = performance.now();
-    const outcome = await withEvaluationBudget(750, () => validateResponse(r, q));
+    const outcome = await validateResponse(r, q, { budget: new EvaluationBudget(750) });
     expect(performance.now() - started).to.be.below(1000);
     expect(summary(outcome)).to.deep.equal(
       Array.from({ length: 6 }, (_, i) => `warning processing QuestionnaireResponse.item[${i}]`),

@@ -14,6 +14,7 @@ import { expandValueSet } from '../../sdc/expand.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
+import { evaluationBudget } from '../edge/budget.js';
 import { tenantResolver } from '../sdc/resolve.js';
 import {
   carriedInputs,
@@ -346,6 +347,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
     for (const message of messages) summary.push({ linkId, message });
   if (status === 'completed' && errors.size === 0) {
     const outcome = await validateResponse(next, questionnaire, {
+      budget: evaluationBudget(ctx),
       resolve: tenantResolver(casebook, page.principal),
     });
     for (const issue of outcome.issue) {

@@ -11,6 +11,7 @@ import { isAllowed, targetOf } from '../../fhir/access.js';
 import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
+import { evaluationBudget } from '../edge/budget.js';
 import {
   carriedInputs,
   loadTask,
@@ -115,6 +116,7 @@ export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void
   const encounter = await read('Encounter', referenceId(task.resource.encounter, 'Encounter'));
   const user = await read('Practitioner', page.session.userId);
   const { response } = await populate({
+    budget: evaluationBudget(ctx),
     questionnaire: qrow.resource as unknown as Questionnaire,
     ...(patient ? { subject: { reference: `Patient/${patient.id}` } } : {}),
     context: [

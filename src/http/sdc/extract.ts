@@ -3,6 +3,7 @@ import { DomainError } from '../../domain/decider.js';
 import { ResourceValidationError } from '../../fhir/resources.js';
 import { extract } from '../../sdc/extract.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { evaluationBudget } from '../edge/budget.js';
 import { requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
 import { tenantResolver } from './resolve.js';
@@ -179,7 +180,10 @@ export const register: RegisterOperation = (router, casebook) => {
     const principal = await resolvePrincipal(ctx, casebook);
     const { response, questionnaire: inline } = requestOf(ctx.request.body);
     const questionnaire = inline ?? (await questionnaireOf(response, tenantResolver(casebook, principal)));
-    const { bundle, issues } = await extract(response, questionnaire, { now: casebook.clock() });
+    const { bundle, issues } = await extract(response, questionnaire, {
+      now: casebook.clock(),
+      budget: evaluationBudget(ctx),
+    });
     ctx.status = 200;
     ctx.type = FHIR_JSON;
     ctx.body = {

@@ -16,6 +16,7 @@ import { readResource } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
 import { noteAudit } from '../audit.js';
+import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
 import { tenantResolver } from './resolve.js';
@@ -243,6 +244,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
     );
 
   const { response, issues } = await populate({
+    budget: evaluationBudget(ctx),
     questionnaire,
     ...(questionnaireReference ? { questionnaireReference } : {}),
     ...(subject ? { subject } : {}),

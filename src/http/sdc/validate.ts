@@ -1,6 +1,7 @@
 import { DomainError } from '../../domain/decider.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
+import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
 import { tenantResolver } from './resolve.js';
@@ -97,6 +98,9 @@ export const register: RegisterOperation = (router, casebook) => {
     }
     ctx.status = 200;
     ctx.type = FHIR_JSON;
-    ctx.body = await validateResponse(input.response, questionnaire, { resolve });
+    ctx.body = await validateResponse(input.response, questionnaire, {
+      resolve,
+      budget: evaluationBudget(ctx),
+    });
   });
 };
