@@ -12,6 +12,7 @@ import type { CommandContext } from './commands/context.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
+import { StatisticsKeeper } from './db/statistics.js';
 import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { migrateSeals } from './eventstore/seal.js';
@@ -152,26 +153,30 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   const runner = new ProjectionRunner(store, sql, allProjections, logger, { clock });
   await runner.migrate();
   if (options.seal) await migrateSeals(sql);
-  // On PostgreSQL, a serving process seals the log and follows it for the deferred projections in
-  // its background thread, with its own pool on the same schema (docs/architecture.md "Background
+  // On PostgreSQL, a serving process seals the log, follows it for the deferred projections and
+  // keeps the planner statistics in its background thread, with its own pool on the same schema (docs/architecture.md "Background
   // thread"). PGlite is one in-process connection, and KurrentDB's sealer needs both stores: there
   // they run in this thread.
   const inThread = options.background === true && sql instanceof PostgresSql && !config.kurrentDbUrl;
   const followElsewhere = inThread && options.project !== false && runner.mode === 'inline';
   let thread: BackgroundThread | undefined;
-  if (inThread && (options.seal || followElsewhere)) {
+  if (inThread) {
     thread = new BackgroundThread(
       {
         ...sql.target,
         logLevel: config.logLevel,
         seal: options.seal === true,
         followDeferred: followElsewhere,
+        keepStatistics: true,
       },
       logger,
       (name, position) => runner.noteDeferredApplied(name, position),
     );
     if (followElsewhere) runner.followDeferredElsewhere(() => thread?.hurry());
   }
+  // Planner statistics of casebook's tables, where autovacuum does not keep them (src/db/statistics.ts).
+  const keeper = options.background === true && !inThread ? new StatisticsKeeper(sql, logger) : undefined;
+  keeper?.start();
   if (options.project !== false) {
     await runner.catchUp();
     runner.start();
@@ -237,6 +242,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     close: async () => {
       await exporter?.stop();
       await (thread ?? sealer)?.stop();
+      await keeper?.stop();
       await audit?.drain();
       await runner.stop();
       await store.close();

@@ -1,7 +1,7 @@
 /**
  * The background thread of a process on PostgreSQL (docs/architecture.md "Background thread"): the
- * sealer of the tamper-evident log and the follower of the deferred projections (the AuditEvent
- * view) run in a worker thread with their own small pool on the same schema, so that reading the
+ * sealer of the tamper-evident log, the follower of the deferred projections (the AuditEvent
+ * view) and the keeper of planner statistics run in a worker thread with their own small pool on the same schema, so that reading the
  * log, canonicalising, hashing and indexing every event costs the serving thread nothing (together
  * 5–15 % of its work under a load of audited reads, bench/README.md). A thread that ends
  * unexpectedly is started again after a second.
@@ -20,6 +20,8 @@ export interface BackgroundWorkerData {
   readonly seal: boolean;
   /** Follow the log for the deferred projections. */
   readonly followDeferred: boolean;
+  /** Keep the planner statistics of the schema's tables (src/db/statistics.ts). */
+  readonly keepStatistics: boolean;
 }
 
 /** A message of the worker to the serving thread. */

@@ -1,14 +1,15 @@
 /**
  * The background thread (docs/architecture.md "Background thread"): started by
  * `BackgroundThread` (./thread.ts) with {@link BackgroundWorkerData}, it opens its own small pool on the
- * same PostgreSQL schema and runs there the {@link Sealer} and the follower of the deferred
- * projections. It reports whether it is the active sealer (`{ active }`) and what each deferred
+ * same PostgreSQL schema and runs there the {@link Sealer}, the follower of the deferred
+ * projections and the {@link StatisticsKeeper}. It reports whether it is the active sealer (`{ active }`) and what each deferred
  * projection has committed (`{ deferred }`), skips the follower's pause on `{ type: 'hurry' }`,
  * and stops on `{ type: 'stop' }`, answering `{ stopped: true }` once its pool is closed.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import { PostgresSql } from '../db/sql.js';
+import { StatisticsKeeper } from '../db/statistics.js';
 import { Sealer } from '../eventstore/sealer.js';
 import { SqlEventStore } from '../eventstore/sql-event-store.js';
 import { allProjections } from '../projections/index.js';
@@ -23,10 +24,11 @@ const port = parentPort;
 if (!port) throw new Error('background/worker runs as a worker thread');
 const post = (message: BackgroundMessage) => port.postMessage(message);
 // The sealer holds one connection for its election and queries on another; the follower holds
-// one to LISTEN for appends and writes the view on another.
+// one to LISTEN for appends and writes the view on another; the statistics keeper needs one now
+// and then.
 const sql = new PostgresSql(data.connectionString, {
   ...(data.searchPath ? { searchPath: data.searchPath } : {}),
-  max: (data.seal ? 2 : 0) + (data.followDeferred ? 2 : 0),
+  max: (data.seal ? 2 : 0) + (data.followDeferred ? 2 : 0) + 1,
 });
 const store = await SqlEventStore.open(sql);
 const logger = pino({ level: data.logLevel }).child({ thread: 'background' });
@@ -43,6 +45,8 @@ const runner = data.followDeferred
   : undefined;
 runner?.deferredReached$.subscribe(({ name, position }) => post({ deferred: { name, position } }));
 runner?.startDeferred();
+const keeper = data.keepStatistics ? new StatisticsKeeper(sql, logger) : undefined;
+keeper?.start();
 let reported = false;
 const report = setInterval(() => {
   const active = sealer?.active ?? false;
@@ -57,6 +61,7 @@ port.on('message', (message: { type?: string }) => {
   void (async () => {
     await sealer?.stop();
     await runner?.stop();
+    await keeper?.stop();
     await store.close();
     await sql.close();
     post({ stopped: true });

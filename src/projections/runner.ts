@@ -777,6 +777,10 @@ export class ProjectionRunner {
     const read = await this.catchUp(onProgress);
     await this.catchUpDeferred();
     await createIndexes(this.sql, indexes);
+    // Statistics of the filled tables: plans made on those of the empty ones scan every row.
+    for (const name of names)
+      for (const table of this.byName.get(name)!.tables)
+        await this.sql.exec(`ANALYZE ${escapeIdentifier(table)}`);
     return read;
   }
 
