@@ -172,20 +172,25 @@ for (const database of testDatabases) {
       const all = await app.allEvents({ audit: true });
       const cut = all[all.findIndex((e) => e.id === before.id) - 1]!.position;
       await replayUntil(app.casebook, schema, cut);
-      const rows = await app.casebook.sql.query<{ n: string }>(
-        `SELECT count(*)::text AS n FROM ${schema}.rm_resources WHERE resource_type = 'QuestionnaireResponse'`,
-      );
-      expect(rows[0]!.n).to.equal('0');
-      const tasks = await app.casebook.sql.query<{ n: string }>(
-        `SELECT count(*)::text AS n FROM ${schema}.rm_resources WHERE resource_type = 'Task'`,
-      );
-      expect(Number(tasks[0]!.n)).to.equal(3);
-      const live = await app.casebook.sql.query<{ n: string }>(
-        `SELECT count(*)::text AS n FROM rm_resources WHERE resource_type = 'QuestionnaireResponse'`,
-      );
-      expect(live[0]!.n).to.equal('1');
-      // The live store still works after the investigation.
-      expect((await fhir(app, 'GET', `/Patient/${a.id}`)).status).to.equal(200);
+      try {
+        const rows = await app.casebook.sql.query<{ n: string }>(
+          `SELECT count(*)::text AS n FROM ${schema}.rm_resources WHERE resource_type = 'QuestionnaireResponse'`,
+        );
+        expect(rows[0]!.n).to.equal('0');
+        const tasks = await app.casebook.sql.query<{ n: string }>(
+          `SELECT count(*)::text AS n FROM ${schema}.rm_resources WHERE resource_type = 'Task'`,
+        );
+        expect(Number(tasks[0]!.n)).to.equal(3);
+        const live = await app.casebook.sql.query<{ n: string }>(
+          `SELECT count(*)::text AS n FROM rm_resources WHERE resource_type = 'QuestionnaireResponse'`,
+        );
+        expect(live[0]!.n).to.equal('1');
+        // The live store still works after the investigation.
+        expect((await fhir(app, 'GET', `/Patient/${a.id}`)).status).to.equal(200);
+      } finally {
+        // The investigation schema sits beside the test's own on the server: not left behind.
+        await app.casebook.sql.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      }
     });
   });
 }
