@@ -6,7 +6,7 @@
  * Task agree; submitting again completes both.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -26,11 +26,12 @@ describe('report submission killed halfway (real process, PostgreSQL)', function
   let server: RunningServer | undefined;
   let admin: PostgresSql;
   let env: Record<string, string>;
+  let dir: string | undefined;
 
   before(async () => {
     admin = new PostgresSql(POSTGRES_TEST_URL, { max: 2 });
     await admin.exec(`CREATE SCHEMA ${schema}`);
-    const dir = mkdtempSync(join(tmpdir(), 'casebook-crash-'));
+    dir = mkdtempSync(join(tmpdir(), 'casebook-crash-'));
     const seedFile = join(dir, 'seed.json');
     writeFileSync(
       seedFile,
@@ -58,6 +59,7 @@ describe('report submission killed halfway (real process, PostgreSQL)', function
     await server?.kill();
     await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await admin.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it('leaves the report and the Task in agreement, and a later submit completes both', async () => {
