@@ -39,7 +39,7 @@ const queues = new WeakMap<Sql, Map<IdKind, AllocationQueue>>();
  * Allocates the next integer id of `kind` from its sequence. Allocations asked for while one is
  * in flight share the next round trip (`nextval` over `generate_series`), in the order they were
  * asked, as the audit trail's group commit shares an append: under 20 concurrent creates this
- * saves most of a round trip each; one at a time it is one `nextval`, as before, and no id is
+ * saves most of a round trip each; one at a time it allocates just that id, and no id is
  * held back (a restart leaves no gap).
  * @throws what the query threw (the database is unreachable…).
  */
@@ -59,13 +59,10 @@ const drainAllocations = async (sql: Sql, kind: IdKind, queue: AllocationQueue):
     while (queue.waiting.length > 0) {
       const batch = queue.waiting.splice(0, MAX_IDS_PER_ROUND_TRIP);
       try {
-        const rows =
-          batch.length === 1
-            ? await sql.query<{ id: string }>(`SELECT nextval('${sequenceName(kind)}')::text AS id`)
-            : await sql.query<{ id: string }>(
-                `SELECT nextval('${sequenceName(kind)}') AS id FROM generate_series(1, $1::int) ORDER BY 1`,
-                [batch.length],
-              );
+        const rows = await sql.query<{ id: string }>(
+          `SELECT nextval('${sequenceName(kind)}') AS id FROM generate_series(1, $1::int) ORDER BY 1`,
+          [batch.length],
+        );
         for (const [i, waiter] of batch.entries()) waiter.resolve(Number(rows[i]!.id));
       } catch (error) {
         for (const waiter of batch) waiter.reject(error);

@@ -94,6 +94,9 @@ class PgClientSql implements Sql {
   async close(): Promise<void> {}
 }
 
+/** `name` as a double-quoted SQL identifier (node-postgres' escaping; PGlite parses the same SQL). */
+export const quoteIdentifier = (name: string): string => pg.escapeIdentifier(name);
+
 /** node-postgres pool. `searchPath` isolates a schema (used by tests). */
 export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;

@@ -7,13 +7,10 @@
  * rule: a table is analyzed once more than 50 rows + 10 % of it changed since its last analyze.
  */
 import type { Logger } from 'pino';
-import type { Sql } from './sql.js';
+import { quoteIdentifier, type Sql } from './sql.js';
 
 /** How often the keeper looks at the tables, milliseconds. */
 const CHECK_INTERVAL_MS = 10_000;
-
-/** A double-quoted SQL identifier. */
-const quoted = (name: string): string => `"${name.replace(/"/g, '""')}"`;
 
 /**
  * Analyzes the tables of the current schema whose statistics are stale (autovacuum's default
@@ -35,7 +32,7 @@ export const analyzeStaleTables = async (sql: Sql): Promise<string[]> => {
       ORDER BY relname`,
     [autovacuum],
   );
-  for (const { name } of rows) await sql.exec(`ANALYZE ${quoted(name)}`);
+  for (const { name } of rows) await sql.exec(`ANALYZE ${quoteIdentifier(name)}`);
   return rows.map((r) => r.name);
 };
 

@@ -21,7 +21,7 @@
 
 import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
-import type { Sql } from '../db/sql.js';
+import { quoteIdentifier, type Sql } from '../db/sql.js';
 import {
   type AppendHook,
   AppendHookFailure,
@@ -125,7 +125,7 @@ const dropSecondaryIndexes = async (sql: Sql, tables: readonly string[]): Promis
       ORDER BY c.relname`,
     [[...tables]],
   );
-  for (const row of rows) await sql.exec(`DROP INDEX IF EXISTS ${escapeIdentifier(row.name)}`);
+  for (const row of rows) await sql.exec(`DROP INDEX IF EXISTS ${quoteIdentifier(row.name)}`);
   return rows.map((r) => r.definition.replace(/^CREATE INDEX /, 'CREATE INDEX IF NOT EXISTS '));
 };
 
@@ -137,9 +137,6 @@ const createIndexes = async (sql: Sql, definitions: readonly string[]): Promise<
     for (const definition of definitions) await tx.exec(definition);
   });
 };
-
-/** A double-quoted SQL identifier. */
-const escapeIdentifier = (name: string): string => `"${name.replace(/"/g, '""')}"`;
 
 /**
  * Groups an event stream into batches: a batch is yielded when it holds `maxSize` events, or when
@@ -259,11 +256,13 @@ export class ProjectionRunner {
   private readonly deferred: ReadonlySet<string>;
   /** Deferred projections: the position each has applied (in this process's view). */
   private readonly deferredAt = new Map<string, Position>();
-  /** Readers waiting for the deferred follower (it skips its pause while one waits). */
-  private deferredWaiters = 0;
   private readonly deferredWake$ = new Subject<void>();
-  /** Cuts the deferred follower's pause short: a reader waits for it. */
-  private readonly deferredHurry$ = new Subject<void>();
+  /**
+   * A reader waits for the deferred follower: its next pause is skipped (and one under way cut
+   * short). Readers say so on every poll, so the follower never pauses while one waits.
+   */
+  private hurried = false;
+  private readonly hurry$ = new Subject<void>();
   /** What a deferred projection reached, once committed (told to another thread's runner). */
   readonly deferredReached$ = new Subject<{ name: string; position: Position }>();
   /** Set when another thread follows the log for the deferred projections: asks it to hurry. */
@@ -780,7 +779,7 @@ export class ProjectionRunner {
     // Statistics of the filled tables: plans made on those of the empty ones scan every row.
     for (const name of names)
       for (const table of this.byName.get(name)!.tables)
-        await this.sql.exec(`ANALYZE ${escapeIdentifier(table)}`);
+        await this.sql.exec(`ANALYZE ${quoteIdentifier(table)}`);
     return read;
   }
 
@@ -847,7 +846,7 @@ export class ProjectionRunner {
               break;
             }
             this.deferredWake$.next();
-            if (this.deferredWaiters === 0) await this.pauseDeferred(signal);
+            await this.pauseDeferred(signal);
           }
         } finally {
           signal.removeEventListener('abort', stop);
@@ -898,30 +897,38 @@ export class ProjectionRunner {
   }
 
   private noteDeferred(name: string, position: Position): void {
-    const known = this.deferredAt.get(name);
-    if (!known || comparePositions(position, known) > 0) this.deferredAt.set(name, position);
+    this.advanceDeferred(name, position);
     this.deferredReached$.next({ name, position });
   }
 
-  /** The follower's pause between batches: {@link DEFERRED_BATCH_INTERVAL_MS}, or until a reader waits. */
+  /** Moves what this process knows deferred projection `name` has applied forward (never back). */
+  private advanceDeferred(name: string, position: Position): void {
+    const known = this.deferredAt.get(name);
+    if (!known || comparePositions(position, known) > 0) this.deferredAt.set(name, position);
+  }
+
+  /** The follower's pause between batches: {@link DEFERRED_BATCH_INTERVAL_MS}, none while a reader waits. */
   private async pauseDeferred(signal: AbortSignal): Promise<void> {
-    const hurried = new AbortController();
-    const subscription = this.deferredHurry$.subscribe(() => hurried.abort());
-    const stop = () => hurried.abort();
-    signal.addEventListener('abort', stop, { once: true });
-    try {
-      await sleep(DEFERRED_BATCH_INTERVAL_MS, hurried.signal);
-    } finally {
-      subscription.unsubscribe();
-      signal.removeEventListener('abort', stop);
+    if (!this.hurried) {
+      const cut = new AbortController();
+      const subscription = this.hurry$.subscribe(() => cut.abort());
+      const stop = () => cut.abort();
+      signal.addEventListener('abort', stop, { once: true });
+      try {
+        await sleep(DEFERRED_BATCH_INTERVAL_MS, cut.signal);
+      } finally {
+        subscription.unsubscribe();
+        signal.removeEventListener('abort', stop);
+      }
     }
+    this.hurried = false;
   }
 
   /**
    * Hands the following of the deferred projections to another thread (docs/architecture.md
    * "Audit trail"): {@link start} no longer follows them here. That thread's runner reports what
-   * it reached through {@link noteDeferredApplied}; `hurry` asks it to skip its pause, called when
-   * a reader starts waiting here. Call before {@link start}.
+   * it reached through {@link noteDeferredApplied}; `hurry` asks it to skip its next pause, called
+   * on every poll of a reader waiting here. Call before {@link start}.
    */
   followDeferredElsewhere(hurry: () => void): void {
     this.hurryElsewhere = hurry;
@@ -933,14 +940,14 @@ export class ProjectionRunner {
    */
   noteDeferredApplied(name: string, position: Position): void {
     if (!this.deferred.has(name)) return;
-    const known = this.deferredAt.get(name);
-    if (!known || comparePositions(position, known) > 0) this.deferredAt.set(name, position);
+    this.advanceDeferred(name, position);
     this.deferredWake$.next();
   }
 
-  /** Cuts the deferred follower's pause short, in this thread (a reader waits in another). */
+  /** A reader waits for this thread's deferred follower: it skips its next pause. */
   hurryDeferred(): void {
-    this.deferredHurry$.next();
+    this.hurried = true;
+    this.hurry$.next();
   }
 
   /**
@@ -954,34 +961,30 @@ export class ProjectionRunner {
     if (!this.deferred.has(name)) return 'current';
     const head = await this.store.headPosition();
     const deadline = Date.now() + timeoutMs;
-    this.deferredWaiters++;
-    this.deferredHurry$.next();
-    this.hurryElsewhere?.();
-    try {
-      for (;;) {
-        const reached = (p: Position | undefined) =>
-          head === undefined || (p !== undefined && comparePositions(p, head) >= 0);
-        if (reached(this.deferredAt.get(name))) return 'current';
-        const [row] = await this.sql.query<{ status: string; checkpoint: string | null }>(
-          `SELECT status, checkpoint FROM projection_state WHERE name = $1`,
-          [name],
-        );
-        if (!row || row.status !== 'live') return 'stopped';
-        if (row.checkpoint && reached(parsePosition(row.checkpoint))) return 'current';
-        const left = deadline - Date.now();
-        if (left <= 0) return 'behind';
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(done, Math.min(25, left));
-          const subscription = this.deferredWake$.subscribe(done);
-          function done() {
-            clearTimeout(timer);
-            subscription.unsubscribe();
-            resolve();
-          }
-        });
-      }
-    } finally {
-      this.deferredWaiters--;
+    const reached = (p: Position | undefined) =>
+      head === undefined || (p !== undefined && comparePositions(p, head) >= 0);
+    for (;;) {
+      if (reached(this.deferredAt.get(name))) return 'current';
+      // The follower, here or in the background thread, skips its pause while someone waits.
+      if (this.hurryElsewhere) this.hurryElsewhere();
+      else this.hurryDeferred();
+      const [row] = await this.sql.query<{ status: string; checkpoint: string | null }>(
+        `SELECT status, checkpoint FROM projection_state WHERE name = $1`,
+        [name],
+      );
+      if (!row || row.status !== 'live') return 'stopped';
+      if (row.checkpoint && reached(parsePosition(row.checkpoint))) return 'current';
+      const left = deadline - Date.now();
+      if (left <= 0) return 'behind';
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, Math.min(25, left));
+        const subscription = this.deferredWake$.subscribe(done);
+        function done() {
+          clearTimeout(timer);
+          subscription.unsubscribe();
+          resolve();
+        }
+      });
     }
   }
 

@@ -851,7 +851,7 @@ export const validateResponse = async (
         });
       const regex = extensionValue(q, EXT_REGEX)?.[1];
       if (typeof regex === 'string') {
-        const problem = regexProblem(q, regex, value, path, options.budget);
+        const problem = regexProblem(q, regex, value, path, budget);
         if (problem) report(problem);
       }
     }

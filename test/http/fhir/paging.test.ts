@@ -175,6 +175,13 @@ for (const database of testDatabases) {
       expect(ids).to.have.length(5);
       expect(bundles.map((b) => b.entry.length)).to.deep.equal([2, 2, 1]);
       for (const b of bundles) expect(b.total).to.equal(5);
+      // One page holding every match the scopes let through: the total is what they let through,
+      // not every Encounter the search matched (12 more of other patients).
+      const whole = await fhir(app, 'GET', '/Encounter?_count=50', { auth: cookie });
+      expect(whole.status).to.equal(200);
+      expect(whole.body.entry).to.have.length(5);
+      expect(whole.body.total).to.equal(5);
+      expect(whole.body.link.map((l: { relation: string }) => l.relation)).to.deep.equal(['self', 'first']);
     });
   });
 }
