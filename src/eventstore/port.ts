@@ -273,4 +273,32 @@ export interface AppendHook {
     projections: ReadonlyMap<string, string>,
     failures: ReadonlyMap<string, unknown>,
   ): Promise<void>;
+  /**
+   * The hook's work for events about to be appended, as server-side calls the append runs in its
+   * own statement, after the events and under the append lock (docs/architecture.md "The write
+   * pipeline"): one round trip instead of BEGIN, the append, the hook's statements and COMMIT.
+   * Undefined when the hook cannot say it that way (a projection the events need has no such
+   * function): the append then runs in a transaction with {@link apply}. The append also falls
+   * back to that path when a call's projection is not live or a call fails, so {@link apply}
+   * keeps deciding what building, stopped and failing projections mean.
+   * @param events the events as they will be stored, but without positions (not known yet).
+   */
+  calls?(events: readonly PendingEvent[]): readonly InlineCall[] | undefined;
+  /** Told after an append that ran {@link calls} committed (what {@link apply} tells at its end). */
+  called?(): void;
+}
+
+/** An event of an append not yet made: as it will be recorded, without its position. */
+export type PendingEvent = Omit<RecordedEvent, 'position'>;
+
+/**
+ * A projection's batch as a call of one of its SQL functions (`function(argument::json)`), which
+ * the append runs when `projection` is live (its `projection_state` status).
+ */
+export interface InlineCall {
+  readonly projection: string;
+  /** A function of one json argument in the store's schema, created by the projection. */
+  readonly function: string;
+  /** JSON text. */
+  readonly argument: string;
 }

@@ -33,7 +33,9 @@ import {
   type EventMetadata,
   type EventStore,
   type ExpectedState,
+  type InlineCall,
   type NewEvent,
+  type PendingEvent,
   type Position,
   type ReadAllOptions,
   type ReadStreamOptions,
@@ -201,6 +203,30 @@ BEGIN
     'streams', array_to_json(stream_results),
     'events', array_to_json(event_results),
     'projections', (SELECT coalesce(json_object_agg(p.name, p.status), '{}') FROM projection_state p));
+END
+$fn$;
+-- es_append, then the inline projections' calls ([{projection, function, argument}]) in the same
+-- statement and transaction, under the append lock: a call whose projection is not live raises
+-- CBI01, and the appending process runs the append again in a transaction with its hook instead.
+CREATE OR REPLACE FUNCTION es_append_inline(requests jsonb, data json, known text[], calls json)
+RETURNS json LANGUAGE plpgsql AS $fn$
+-- casebook es_append_inline v1
+DECLARE
+  reply json := es_append(requests, data, known);
+  item json;
+  status text;
+BEGIN
+  IF json_array_length(reply->'events') = 0 THEN
+    RETURN reply;
+  END IF;
+  FOR item IN SELECT * FROM json_array_elements(calls) LOOP
+    SELECT p.status INTO status FROM projection_state p WHERE p.name = item->>'projection';
+    IF status IS DISTINCT FROM 'live' THEN
+      RAISE EXCEPTION USING ERRCODE = 'CBI01', MESSAGE = 'projection not live', DETAIL = item->>'projection';
+    END IF;
+    EXECUTE format('SELECT %I($1)', item->>'function') USING item->'argument';
+  END LOOP;
+  RETURN reply;
 END
 $fn$;
 `;
@@ -401,7 +427,10 @@ export class SqlEventStore implements EventStore {
           AND to_regclass('projection_state') IS NOT NULL
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append v4%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append v4%')
+          AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_inline'
+                        AND p.pronamespace = current_schema()::regnamespace
+                        AND p.prosrc LIKE '%casebook es_append_inline v1%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -658,6 +687,36 @@ export class SqlEventStore implements EventStore {
       requests.length === 1 &&
       requests[0]!.expectedState === 'no_stream' &&
       requests[0]!.events.length > 0;
+    // The inline projections as calls in the append's own statement: one round trip instead of
+    // BEGIN, es_append, the hook's statements and COMMIT (es_append_inline). Only when every
+    // stream's revisions are known before the append; undefined after a fall back.
+    const pending = !alone && !this.sql.inTransaction && hook?.calls ? pendingEvents(requests) : undefined;
+    let calls: readonly InlineCall[] | undefined;
+    try {
+      calls = pending && hook?.calls?.(pending);
+    } catch {
+      // A projection cannot fold these events: the transaction path stops it (and only it).
+      calls = undefined;
+    }
+    /** es_append_inline; undefined when the append has to run in a transaction with the hook instead. */
+    const esAppendInline = async (inline: readonly InlineCall[]): Promise<AppendOutcome | undefined> => {
+      const rows = await this.sql
+        .query<{ reply: AppendReply | string }>(
+          'SELECT es_append_inline($1::jsonb, $2::json, $3::text[], $4::json) AS reply',
+          [payload(), data, known, callsParam(inline)],
+        )
+        .catch((error: unknown) => {
+          // es_append's own answers stand; anything else (a projection not live, a call that
+          // failed) is the transaction path's to tell.
+          if (isAppendAnswer(error)) throw error;
+          return undefined;
+        });
+      if (!rows) return undefined;
+      const reply = (
+        typeof rows[0]!.reply === 'string' ? JSON.parse(rows[0]!.reply) : rows[0]!.reply
+      ) as AppendReply;
+      return toOutcome(requests, reply);
+    };
     /** es_append on `sql`: the reply, and what it means for the port. */
     const esAppend = async (sql: Sql) => {
       const [row] = await sql.query<{ reply: AppendReply | string }>(
@@ -692,6 +751,11 @@ export class SqlEventStore implements EventStore {
           newStream = false;
         }
         if (!outcome && alone) outcome = (await esAppend(this.sql)).outcome;
+        if (!outcome && calls) {
+          outcome = await esAppendInline(calls);
+          if (outcome) hook?.called?.();
+          else calls = undefined;
+        }
         outcome ??= await this.sql.transaction(async (tx) => {
           const { reply, outcome } = await esAppend(tx);
           if (this.hook)
@@ -722,6 +786,38 @@ export class SqlEventStore implements EventStore {
     }
   }
 }
+
+/**
+ * The events of `requests` as they will be recorded (revisions from each expected state), or
+ * undefined when a stream's revision is not known before the append ('any', 'exists').
+ */
+const pendingEvents = (requests: readonly AppendRequest[]): PendingEvent[] | undefined => {
+  const pending: PendingEvent[] = [];
+  for (const request of requests) {
+    const { expectedState } = request;
+    const last =
+      expectedState === 'no_stream' ? -1n : typeof expectedState === 'bigint' ? expectedState : undefined;
+    if (last === undefined) return undefined;
+    for (const [i, event] of request.events.entries())
+      pending.push({ ...event, streamName: request.streamName, revision: last + BigInt(i + 1) });
+  }
+  return pending;
+};
+
+/** es_append_inline's calls parameter: each argument is JSON text already, embedded as it is. */
+const callsParam = (calls: readonly InlineCall[]): string =>
+  `[${calls
+    .map(
+      (c) =>
+        `{"projection":${JSON.stringify(c.projection)},"function":${JSON.stringify(c.function)},"argument":${c.argument}}`,
+    )
+    .join(',')}]`;
+
+/** An error that is es_append's answer (a wrong expected version, an id conflict, an unknown live projection). */
+const isAppendAnswer = (error: unknown): boolean => {
+  const { code } = pgError(error);
+  return code === 'CBW01' || code === 'CBE01' || code === 'CBP01' || isEventIdUniqueViolation(error);
+};
 
 /** A row of APPEND_NEW_STREAM (int8 and xid8 as text; aliased apart from the columns: see EVENT_COLUMNS). */
 type NewStreamRow = { revision_text: string; commit_text: string; position_text: string };

@@ -1,5 +1,5 @@
 import type { Sql } from '../db/sql.js';
-import type { RecordedEvent } from '../eventstore/port.js';
+import type { PendingEvent, RecordedEvent } from '../eventstore/port.js';
 
 /**
  * How a batch is applied: `inline` inside the append transaction that wrote the events (SQL
@@ -35,6 +35,18 @@ export interface Projection {
    * write in it); its readers wait for it ({@link ProjectionRunner.waitForDeferred}).
    */
   readonly deferred?: boolean;
+  /**
+   * The batch as a call of a PL/pgSQL function of one json argument that `migrate` creates, so that
+   * an append runs it in its own statement (docs/architecture.md "The write pipeline"). `argument`
+   * gets the events as `apply` would (of a type it handles, in `$all` order) but may read only
+   * their type, data, metadata, stream and revision: their position is not known yet. It returns
+   * JSON text, or undefined when the batch changes nothing. Without it, the appends that need this
+   * projection run in a transaction with `apply`.
+   */
+  readonly inline?: {
+    readonly function: string;
+    readonly argument: (events: readonly PendingEvent[]) => string | undefined;
+  };
   /**
    * Applies `events` (all of a type it handles, in `$all` order).
    * @throws on bad data or a failing statement; the runner then stops this projection only.

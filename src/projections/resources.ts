@@ -5,10 +5,10 @@
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
 import { bumpSequence } from '../db/sequences.js';
-import type { Sql } from '../db/sql.js';
+import { defineFunction, type Sql } from '../db/sql.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
 import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
-import type { RecordedEvent } from '../eventstore/port.js';
+import type { PendingEvent } from '../eventstore/port.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
 import { type Projection, rowsParam } from './projection.js';
 
@@ -33,7 +33,7 @@ interface ResourceRowChange {
 }
 
 /** Folds a batch into the last state of each resource it touches. */
-const foldBatch = (events: readonly RecordedEvent[]): ResourceRowChange[] => {
+const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
   const rows = new Map<string, ResourceRowChange>();
   for (const event of events) {
     const kind = resourceEventKind(event.type);
@@ -88,12 +88,18 @@ const foldBatch = (events: readonly RecordedEvent[]): ResourceRowChange[] => {
   return [...rows.values()];
 };
 
-// One statement per batch: creations are inserted (or update an older row), other changes update
-// rows below their version; identifiers follow every row written. The DELETE and INSERT of
-// identifiers never touch the same row, so they are safe in one statement.
-const APPLY_SQL = `
+// One statement per batch, in a function an append can call in its own statement: creations are
+// inserted (or update an older row), other changes update rows below their version; identifiers
+// follow every row written. The DELETE and INSERT of identifiers never touch the same row, so they
+// are safe in one statement.
+const APPLY_FUNCTION = 'rm_resources_apply';
+const APPLY_DEFINITION = `
+CREATE OR REPLACE FUNCTION ${APPLY_FUNCTION}(batch json) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  n integer;
+BEGIN
 WITH input AS (
-  SELECT * FROM json_to_recordset($1::json) AS x(resource_type text, id integer, tenant_id integer,
+  SELECT * FROM json_to_recordset(batch) AS x(resource_type text, id integer, tenant_id integer,
     version_id integer, content json, last_updated timestamptz, deleted boolean, patient_id integer,
     encounter_id integer, project text, author text, created boolean, identifiers json)),
 inserted AS (
@@ -127,7 +133,10 @@ removed AS (
 added AS (
   INSERT INTO rm_resource_identifiers (resource_type, tenant_id, system, value, id)
   SELECT resource_type, tenant_id, system, value, id FROM wanted ON CONFLICT DO NOTHING)
-SELECT count(*)::int AS written FROM written`;
+SELECT count(*)::int INTO n FROM written;
+RETURN n;
+END
+$fn$`;
 
 /** Every resource event type (Patient, Encounter, …), from the decider's names. */
 const RESOURCE_EVENT_TYPES = new Set(
@@ -137,8 +146,8 @@ const RESOURCE_EVENT_TYPES = new Set(
 export const resourcesProjection: Projection = {
   name: 'resources',
   tables: ['rm_resources', 'rm_resource_identifiers'],
-  migrate: (sql) =>
-    sql.exec(`CREATE TABLE IF NOT EXISTS rm_resources (
+  migrate: async (sql) => {
+    await sql.exec(`CREATE TABLE IF NOT EXISTS rm_resources (
       resource_type text NOT NULL,
       id integer NOT NULL,
       tenant_id integer NOT NULL,
@@ -162,12 +171,21 @@ export const resourcesProjection: Projection = {
       id integer NOT NULL,
       PRIMARY KEY (resource_type, tenant_id, system, value, id)
     );
-    CREATE INDEX IF NOT EXISTS rm_resource_identifiers_resource ON rm_resource_identifiers (resource_type, id);`),
+    CREATE INDEX IF NOT EXISTS rm_resource_identifiers_resource ON rm_resource_identifiers (resource_type, id);`);
+    await defineFunction(sql, APPLY_FUNCTION, APPLY_DEFINITION);
+  },
   handles: (type) => RESOURCE_EVENT_TYPES.has(type),
+  inline: {
+    function: APPLY_FUNCTION,
+    argument: (events) => {
+      const rows = foldBatch(events);
+      return rows.length === 0 ? undefined : rowsParam(rows);
+    },
+  },
   apply: async (events, tx, mode) => {
     const rows = foldBatch(events);
     if (rows.length === 0) return;
-    await tx.query(APPLY_SQL, [rowsParam(rows)]);
+    await tx.query(`SELECT ${APPLY_FUNCTION}($1::json)`, [rowsParam(rows)]);
     if (mode === 'catch-up') {
       const highest = new Map<ResourceType, number>();
       for (const row of rows)

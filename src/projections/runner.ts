@@ -27,6 +27,7 @@ import {
   AppendHookFailure,
   comparePositions,
   type EventStore,
+  type InlineCall,
   type Position,
   parsePosition,
   positionToString,
@@ -423,6 +424,19 @@ export class ProjectionRunner {
         }
         queueMicrotask(() => this.applied$.next());
       },
+      calls: (events) => {
+        const calls: InlineCall[] = [];
+        for (const projection of inline) {
+          const relevant = events.filter((e) => projection.handles(e.type));
+          if (relevant.length === 0) continue;
+          if (!projection.inline) return undefined;
+          const argument = projection.inline.argument(relevant);
+          if (argument !== undefined)
+            calls.push({ projection: projection.name, function: projection.inline.function, argument });
+        }
+        return calls;
+      },
+      called: () => queueMicrotask(() => this.applied$.next()),
     };
   }
 

@@ -10,7 +10,7 @@ import { v4 as uuid } from 'uuid';
 import type { CommandContext } from '../../src/commands/context.js';
 import { execute } from '../../src/commands/handler.js';
 import { allocateId, migrateSequences } from '../../src/db/sequences.js';
-import type { Sql } from '../../src/db/sql.js';
+import { defineFunction, type Sql } from '../../src/db/sql.js';
 import { resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { type SessionCommand, sessionDecider, sessionStream } from '../../src/domain/session/session.js';
 import type { NewEvent } from '../../src/eventstore/port.js';
@@ -34,10 +34,14 @@ for (const db of testDatabases) {
     });
 
     /** A store with a runner in inline mode over `projections`, every projection live. */
-    const open = async (projections: readonly Projection[] = allProjections, pageSize?: number) => {
+    const open = async (
+      projections: readonly Projection[] = allProjections,
+      pageSize?: number,
+      storeSql: (sql: Sql) => Sql = (sql) => sql,
+    ) => {
       const opened = await db.open();
       cleanups.push(() => opened.dispose());
-      const store = await SqlEventStore.open(opened.sql);
+      const store = await SqlEventStore.open(storeSql(opened.sql));
       cleanups.push(() => store.close());
       await migrateSequences(opened.sql);
       const runner = new ProjectionRunner(
@@ -124,6 +128,57 @@ for (const db of testDatabases) {
       expect((await state(sql, 'resources')).status).to.equal('live');
     });
 
+    it('applies a live projection in the append statement itself: no BEGIN, no COMMIT, one round trip', async () => {
+      const statements: string[] = [];
+      /** `sql`, writing down every statement and transaction the store sends through it. */
+      const recording = (sql: Sql): Sql => ({
+        kind: sql.kind,
+        get inTransaction() {
+          return sql.inTransaction;
+        },
+        query: (text, params) => {
+          statements.push(text);
+          return sql.query(text, params);
+        },
+        exec: (text) => {
+          statements.push(text);
+          return sql.exec(text);
+        },
+        transaction: (fn) => {
+          statements.push('BEGIN');
+          return sql.transaction((tx) => fn(recording(tx)));
+        },
+        withConnection: (fn) => sql.withConnection((conn) => fn(recording(conn))),
+        listen: (channel, onNotify) => sql.listen(channel, onNotify),
+        close: () => sql.close(),
+      });
+      const { ctx, sql } = await open(allProjections, undefined, recording);
+      const id = await allocateId(sql, 'Patient');
+      statements.length = 0;
+      await execute(ctx, (uow) =>
+        uow.decide(
+          resourceStream('Patient', id),
+          resourceDecider('Patient'),
+          {
+            type: 'CreateResource',
+            id,
+            tenantId: 1,
+            resource: { identifier: [{ system: 'urn:mrn', value: 'one-statement' }] },
+            now: NOW,
+          },
+          { fresh: true },
+        ),
+      );
+      const appends = statements.filter((text) => !text.includes('pg_notify'));
+      expect(appends).to.have.length(1);
+      expect(appends[0]).to.include('es_append_inline(');
+      expect(await patientIds(sql)).to.deep.equal([id]);
+      const [identifier] = await sql.query<{ id: number }>(
+        `SELECT id FROM rm_resource_identifiers WHERE system = 'urn:mrn' AND value = 'one-statement'`,
+      );
+      expect(Number(identifier?.id)).to.equal(id);
+    });
+
     it('builds a projection added later from the log while appends go on, then applies it inline', async () => {
       // Pages of 10: most of the catch-up runs beside the appends, the rest under the append lock.
       const { ctx, sql, runner } = await open(allProjections, 10);
@@ -139,78 +194,126 @@ for (const db of testDatabases) {
       expect(await patientIds(sql)).to.deep.equal([...before, ...during, after].sort((a, b) => a - b));
     });
 
-    it('stops only the projection that fails on an event, names the event, and refuses the writes it needs', async () => {
-      let broken = true;
-      const fragile: Projection = {
-        ...resourcesProjection,
-        apply: async (events, tx, mode) => {
+    /**
+     * The resources projection, failing on events that hold "poison" until `fix` is called: in its
+     * fold (JavaScript, before the append statement and in `apply`) or in its SQL function (inside
+     * the append's own statement, and in `apply`).
+     */
+    const fragileResources = (where: 'fold' | 'function') => {
+      const inline = resourcesProjection.inline!;
+      if (where === 'fold') {
+        let broken = true;
+        const check = (events: readonly { data: unknown }[]) => {
           if (broken && events.some((e) => JSON.stringify(e.data).includes('poison')))
             throw new TypeError('cannot apply this event');
-          await resourcesProjection.apply(events, tx, mode);
+        };
+        const projection: Projection = {
+          ...resourcesProjection,
+          inline: {
+            function: inline.function,
+            argument: (events) => (check(events), inline.argument(events)),
+          },
+          apply: async (events, tx, mode) => {
+            check(events);
+            await resourcesProjection.apply(events, tx, mode);
+          },
+        };
+        return { projection, fix: async (_sql: Sql) => void (broken = false) };
+      }
+      const projection: Projection = {
+        ...resourcesProjection,
+        migrate: async (sql) => {
+          await resourcesProjection.migrate(sql);
+          await sql.exec(`CREATE TABLE IF NOT EXISTS test_fragile_fixed (fixed boolean)`);
+          await defineFunction(
+            sql,
+            'test_fragile_apply',
+            `CREATE OR REPLACE FUNCTION test_fragile_apply(batch json) RETURNS integer LANGUAGE plpgsql AS $fn$
+             BEGIN
+               IF strpos(batch::text, 'poison') > 0 AND NOT EXISTS (SELECT 1 FROM test_fragile_fixed) THEN
+                 RAISE EXCEPTION 'cannot apply this event' USING ERRCODE = '22023';
+               END IF;
+               RETURN ${inline.function}(batch);
+             END $fn$`,
+          );
+        },
+        inline: { function: 'test_fragile_apply', argument: inline.argument },
+        apply: async (events, tx) => {
+          const argument = inline.argument(events);
+          if (argument !== undefined) await tx.query(`SELECT test_fragile_apply($1::json)`, [argument]);
         },
       };
-      const projections = allProjections.map((p) => (p.name === 'resources' ? fragile : p));
-      const { ctx, sql, store, runner } = await open(projections);
-      const readable = await createPatient(ctx);
-
-      // The poison event, written straight to the store: it is stored, the projection stops.
-      const poison: NewEvent = {
-        id: uuid(),
-        type: 'PatientRegistered',
-        data: {
-          id: 999_999,
-          tenantId: 1,
-          resource: { identifier: [{ system: 'urn:x', value: 'poison' }] },
-          at: NOW,
-        },
-        metadata: {
-          tenantId: 1,
-          actor: { type: 'system', id: 'test' },
-          correlationId: uuid(),
-          causationId: null,
-          requestId: null,
-          recordedAt: NOW,
-        },
+      return {
+        projection,
+        fix: async (sql: Sql) => void (await sql.exec(`INSERT INTO test_fragile_fixed VALUES (true)`)),
       };
-      const appended = await store.append('Patient-999999', [poison], 'no_stream');
-      expect((await store.readStream('Patient-999999')).map((e) => e.id)).to.deep.equal([poison.id]);
-      const stopped = await state(sql, 'resources');
-      expect(stopped.status).to.equal('stopped');
-      expect(stopped.detail).to.deep.include({
-        stream: 'Patient-999999',
-        eventId: poison.id,
-        eventType: 'PatientRegistered',
-        error: 'cannot apply this event',
-        position: `${appended.position.commit}/${appended.position.prepare}`,
+    };
+
+    for (const where of ['fold', 'function'] as const)
+      it(`stops only the projection that fails on an event (in its ${where}), names the event, and refuses the writes it needs`, async () => {
+        const fragile = fragileResources(where);
+        const projections = allProjections.map((p) => (p.name === 'resources' ? fragile.projection : p));
+        const { ctx, sql, store, runner } = await open(projections);
+        const readable = await createPatient(ctx);
+
+        // The poison event, written straight to the store: it is stored, the projection stops.
+        const poison: NewEvent = {
+          id: uuid(),
+          type: 'PatientRegistered',
+          data: {
+            id: 999_999,
+            tenantId: 1,
+            resource: { identifier: [{ system: 'urn:x', value: 'poison' }] },
+            at: NOW,
+          },
+          metadata: {
+            tenantId: 1,
+            actor: { type: 'system', id: 'test' },
+            correlationId: uuid(),
+            causationId: null,
+            requestId: null,
+            recordedAt: NOW,
+          },
+        };
+        const appended = await store.append('Patient-999999', [poison], 'no_stream');
+        expect((await store.readStream('Patient-999999')).map((e) => e.id)).to.deep.equal([poison.id]);
+        const stopped = await state(sql, 'resources');
+        expect(stopped.status).to.equal('stopped');
+        expect(stopped.detail).to.deep.include({
+          stream: 'Patient-999999',
+          eventId: poison.id,
+          eventType: 'PatientRegistered',
+          error: 'cannot apply this event',
+          position: `${appended.position.commit}/${appended.position.prepare}`,
+        });
+        expect(runner.stoppedByEvents([poison.id])).to.equal('resources');
+
+        // The writes before it stay readable; the other read models keep going.
+        expect(await patientIds(sql)).to.deep.equal([readable]);
+        const sessionId = await createSession(ctx);
+        expect((await sql.query(`SELECT id FROM rm_sessions WHERE id = $1`, [sessionId])).length).to.equal(1);
+        for (const name of ['tenants', 'api_clients', 'sessions', 'export-outbox'])
+          expect((await state(sql, name)).status, name).to.equal('live');
+
+        // A write the stopped read model would have to apply is refused, and nothing is written.
+        const count = async () =>
+          Number((await sql.query<{ n: string }>(`SELECT count(*)::text AS n FROM es_events`))[0]!.n);
+        const events = await count();
+        let refused: unknown;
+        await createPatient(ctx).catch((e: unknown) => {
+          refused = e;
+        });
+        expect(refused).to.be.instanceOf(ReadModelUnavailable);
+        expect((refused as ReadModelUnavailable).stored).to.equal(false);
+        expect(await count()).to.equal(events);
+
+        // Once the cause is fixed, a rebuild brings it back with every event, the poison one included.
+        await fragile.fix(sql);
+        await runner.rebuild(undefined, ['resources']);
+        expect((await state(sql, 'resources')).status).to.equal('live');
+        expect(await patientIds(sql)).to.deep.equal([readable, 999_999]);
+        expect(await createPatient(ctx)).to.be.a('number');
       });
-      expect(runner.stoppedByEvents([poison.id])).to.equal('resources');
-
-      // The writes before it stay readable; the other read models keep going.
-      expect(await patientIds(sql)).to.deep.equal([readable]);
-      const sessionId = await createSession(ctx);
-      expect((await sql.query(`SELECT id FROM rm_sessions WHERE id = $1`, [sessionId])).length).to.equal(1);
-      for (const name of ['tenants', 'api_clients', 'sessions', 'export-outbox'])
-        expect((await state(sql, name)).status, name).to.equal('live');
-
-      // A write the stopped read model would have to apply is refused, and nothing is written.
-      const count = async () =>
-        Number((await sql.query<{ n: string }>(`SELECT count(*)::text AS n FROM es_events`))[0]!.n);
-      const events = await count();
-      let refused: unknown;
-      await createPatient(ctx).catch((e: unknown) => {
-        refused = e;
-      });
-      expect(refused).to.be.instanceOf(ReadModelUnavailable);
-      expect((refused as ReadModelUnavailable).stored).to.equal(false);
-      expect(await count()).to.equal(events);
-
-      // Once the cause is fixed, a rebuild brings it back with every event, the poison one included.
-      broken = false;
-      await runner.rebuild(undefined, ['resources']);
-      expect((await state(sql, 'resources')).status).to.equal('live');
-      expect(await patientIds(sql)).to.deep.equal([readable, 999_999]);
-      expect(await createPatient(ctx)).to.be.a('number');
-    });
 
     it('rebuilds in pages: a projection that fails stops at its event, the others are built past it', async () => {
       // Pages of 5: most pages are applied outside the append lock (the next one read meanwhile on
