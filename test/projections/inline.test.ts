@@ -211,14 +211,20 @@ for (const db of testDatabases) {
           ...resourcesProjection,
           inline: {
             function: inline.function,
-            argument: (events) => (check(events), inline.argument(events)),
+            argument: (events) => {
+              check(events);
+              return inline.argument(events);
+            },
           },
           apply: async (events, tx, mode) => {
             check(events);
             await resourcesProjection.apply(events, tx, mode);
           },
         };
-        return { projection, fix: async (_sql: Sql) => void (broken = false) };
+        const fix = async (_sql: Sql) => {
+          broken = false;
+        };
+        return { projection, fix };
       }
       const projection: Projection = {
         ...resourcesProjection,
@@ -245,7 +251,7 @@ for (const db of testDatabases) {
       };
       return {
         projection,
-        fix: async (sql: Sql) => void (await sql.exec(`INSERT INTO test_fragile_fixed VALUES (true)`)),
+        fix: (sql: Sql) => sql.exec(`INSERT INTO test_fragile_fixed VALUES (true)`),
       };
     };
 
