@@ -407,6 +407,78 @@ function contract(name: string, factory: () => Promise<ContractSubject>, options
         expect(ids(await store.readStream(existing))).to.deep.equal(ids(prior));
       });
 
+      it('creates several new streams in one append, each from revision 0, in request order in $all', async () => {
+        const head = await store.headPosition();
+        const streams = [streamName(), streamName(), streamName()];
+        const written = [events(1), events(3), events(2)];
+        const result = await store.appendMany(
+          streams.map((name, i) => ({
+            streamName: name,
+            events: written[i]!,
+            expectedState: 'no_stream' as const,
+          })),
+        );
+        expect(result.streams).to.deep.equal([
+          { streamName: streams[0], nextRevision: 0n },
+          { streamName: streams[1], nextRevision: 2n },
+          { streamName: streams[2], nextRevision: 1n },
+        ]);
+        for (const [i, name] of streams.entries()) {
+          const read = await store.readStream(name);
+          expect(ids(read)).to.deep.equal(ids(written[i]!));
+          expect(read.map((e) => e.revision)).to.deep.equal(written[i]!.map((_, r) => BigInt(r)));
+        }
+        const all = (await readAllFrom(store, head)).filter((e) => streams.includes(e.streamName));
+        expect(ids(all)).to.deep.equal(ids(written.flat()));
+        expect(result.position).to.deep.equal(all.at(-1)!.position);
+        // Each stream goes on from its last revision.
+        await store.append(streams[1]!, events(1), 2n);
+        expect(await rejection(store.append(streams[2]!, events(1), 0n))).to.be.instanceOf(
+          WrongExpectedVersion,
+        );
+      });
+
+      it('writes new streams beside the replay of a create already stored, from revision 0', async () => {
+        const stored = streamName();
+        const replayed = events(2);
+        const first = await store.append(stored, replayed, 'no_stream');
+        const fresh = streamName();
+        const x = events(2);
+        const result = await store.appendMany([
+          { streamName: fresh, events: x, expectedState: 'no_stream' },
+          { streamName: stored, events: replayed, expectedState: 'no_stream' },
+        ]);
+        expect(result.streams).to.deep.equal([
+          { streamName: fresh, nextRevision: 1n },
+          { streamName: stored, nextRevision: 1n },
+        ]);
+        const read = await store.readStream(fresh);
+        expect(ids(read)).to.deep.equal(ids(x));
+        expect(read.map((e) => e.revision)).to.deep.equal([0n, 1n]);
+        expect(ids(await store.readStream(stored))).to.deep.equal(ids(replayed));
+        expect((await store.readStream(stored)).at(-1)!.position).to.deep.equal(first.position);
+        await store.append(fresh, events(1), 1n);
+      });
+
+      if (options.idsUniqueAcrossStreams) {
+        it('refuses new streams when an event id is stored on another stream, writing nothing', async () => {
+          const one = streamName();
+          const [a] = events(1) as [NewEvent];
+          await store.append(one, [a], 'no_stream');
+          const fresh = [streamName(), streamName()];
+          const error = await rejection(
+            store.appendMany([
+              { streamName: fresh[0]!, events: events(1), expectedState: 'no_stream' },
+              { streamName: fresh[1]!, events: [a], expectedState: 'no_stream' },
+            ]),
+          );
+          expect(error).to.be.instanceOf(EventIdConflict);
+          expect((error as EventIdConflict).eventId).to.equal(a.id);
+          for (const name of fresh) expect(await store.readStream(name)).to.deep.equal([]);
+          await store.append(fresh[0]!, events(1), 'no_stream');
+        });
+      }
+
       it('writes every stream and returns each revision and the last position', async () => {
         const fresh = streamName();
         const existing = streamName();
