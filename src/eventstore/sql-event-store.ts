@@ -21,6 +21,7 @@
  */
 import { Subject, type Subscription } from 'rxjs';
 import type { Sql } from '../db/sql.js';
+import { GroupCommit } from './group-commit.js';
 import {
   type AppendHook,
   AppendHookFailure,
@@ -270,6 +271,23 @@ BEGIN
   RETURN reply;
 END
 $fn$;
+-- Several appends of es_append_inline in one statement and transaction (group commit): appends
+-- [{requests, data, known, calls}], the replies in the same order. One that fails fails them all:
+-- the appending process then sends each alone.
+CREATE OR REPLACE FUNCTION es_append_batch(appends json) RETURNS json LANGUAGE plpgsql AS $fn$
+-- casebook es_append_batch v1
+DECLARE
+  item json;
+  replies json[] := '{}';
+BEGIN
+  FOR item IN SELECT * FROM json_array_elements(appends) LOOP
+    replies := replies || es_append_inline((item->'requests')::jsonb, item->'data',
+      CASE WHEN json_typeof(item->'known') = 'array'
+           THEN ARRAY(SELECT json_array_elements_text(item->'known')) END, item->'calls');
+  END LOOP;
+  RETURN array_to_json(replies);
+END
+$fn$;
 `;
 
 /**
@@ -447,6 +465,10 @@ export class SqlEventStore implements EventStore {
   private notifyTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private hook: AppendHook | undefined;
+  /** Appends that run the inline projections in their own statement, group-committed. */
+  private readonly inlineAppends = new GroupCommit<InlineAppend, AppendReply>((appends) =>
+    this.sendInlineAppends(appends),
+  );
 
   private constructor(private readonly sql: Sql) {
     this.kind = sql.kind;
@@ -471,7 +493,10 @@ export class SqlEventStore implements EventStore {
                         AND p.prosrc LIKE '%casebook es_append v5%')
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_inline'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append_inline v1%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append_inline v1%')
+          AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_batch'
+                        AND p.pronamespace = current_schema()::regnamespace
+                        AND p.prosrc LIKE '%casebook es_append_batch v1%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -692,6 +717,29 @@ export class SqlEventStore implements EventStore {
     this.notifyTimer.unref?.();
   }
 
+  /** One statement for one or several appends of es_append_inline (one transaction). */
+  private async sendInlineAppends(appends: readonly InlineAppend[]): Promise<AppendReply[]> {
+    const parse = (reply: unknown) => (typeof reply === 'string' ? JSON.parse(reply) : reply);
+    if (appends.length === 1) {
+      const [one] = appends as [InlineAppend];
+      const [row] = await this.sql.query<{ reply: unknown }>(
+        'SELECT es_append_inline($1::jsonb, $2::json, $3::text[], $4::json) AS reply',
+        [one.requests, one.data, one.known, one.calls],
+      );
+      return [parse(row!.reply) as AppendReply];
+    }
+    const batch = `[${appends
+      .map(
+        (a) =>
+          `{"requests":${a.requests},"data":${a.data},"known":${JSON.stringify(a.known)},"calls":${a.calls}}`,
+      )
+      .join(',')}]`;
+    const [row] = await this.sql.query<{ replies: unknown }>('SELECT es_append_batch($1::json) AS replies', [
+      batch,
+    ]);
+    return parse(row!.replies) as AppendReply[];
+  }
+
   private async appendRequests(
     requests: readonly AppendRequest[],
     wakeOthers = true,
@@ -739,24 +787,20 @@ export class SqlEventStore implements EventStore {
       // A projection cannot fold these events: the transaction path stops it (and only it).
       calls = undefined;
     }
-    /** es_append_inline; undefined when the append has to run in a transaction with the hook instead. */
+    /**
+     * es_append_inline, in a group commit with concurrent appends; undefined when the append has to
+     * run in a transaction with the hook instead.
+     */
     const esAppendInline = async (inline: readonly InlineCall[]): Promise<AppendOutcome | undefined> => {
-      const rows = await this.sql
-        .query<{ reply: AppendReply | string }>(
-          'SELECT es_append_inline($1::jsonb, $2::json, $3::text[], $4::json) AS reply',
-          [payload(), data, known, callsParam(inline)],
-        )
+      const reply = await this.inlineAppends
+        .submit({ requests: payload(), data, known, calls: callsParam(inline) })
         .catch((error: unknown) => {
           // es_append's own answers stand; anything else (a projection not live, a call that
           // failed) is the transaction path's to tell.
           if (isAppendAnswer(error)) throw error;
           return undefined;
         });
-      if (!rows) return undefined;
-      const reply = (
-        typeof rows[0]!.reply === 'string' ? JSON.parse(rows[0]!.reply) : rows[0]!.reply
-      ) as AppendReply;
-      return toOutcome(requests, reply);
+      return reply && toOutcome(requests, reply);
     };
     /** es_append on `sql`: the reply, and what it means for the port. */
     const esAppend = async (sql: Sql) => {
@@ -859,6 +903,14 @@ const isAppendAnswer = (error: unknown): boolean => {
   const { code } = pgError(error);
   return code === 'CBW01' || code === 'CBE01' || code === 'CBP01' || isEventIdUniqueViolation(error);
 };
+
+/** One append of es_append_inline, its parameters as JSON text (known: the hook's projections). */
+interface InlineAppend {
+  readonly requests: string;
+  readonly data: string;
+  readonly known: readonly string[] | null;
+  readonly calls: string;
+}
 
 /** A row of APPEND_NEW_STREAM (int8 and xid8 as text; aliased apart from the columns: see EVENT_COLUMNS). */
 type NewStreamRow = { revision_text: string; commit_text: string; position_text: string };

@@ -13,7 +13,7 @@ import { allocateId, migrateSequences } from '../../src/db/sequences.js';
 import { defineFunction, type Sql } from '../../src/db/sql.js';
 import { resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { type SessionCommand, sessionDecider, sessionStream } from '../../src/domain/session/session.js';
-import type { NewEvent } from '../../src/eventstore/port.js';
+import { type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
@@ -71,8 +71,12 @@ for (const db of testDatabases) {
       return { opened, sql: opened.sql, store, runner, ctx };
     };
 
-    const createPatient = async (ctx: CommandContext, identifier = { system: 'urn:mrn', value: uuid() }) => {
-      const id = await allocateId(ctx.sql, 'Patient');
+    const createPatient = async (
+      ctx: CommandContext,
+      identifier = { system: 'urn:mrn', value: uuid() },
+      allocated?: number,
+    ) => {
+      const id = allocated ?? (await allocateId(ctx.sql, 'Patient'));
       const decider = resourceDecider('Patient');
       await execute(ctx, (uow) =>
         uow.decide(resourceStream('Patient', id), decider, {
@@ -128,10 +132,10 @@ for (const db of testDatabases) {
       expect((await state(sql, 'resources')).status).to.equal('live');
     });
 
-    it('applies a live projection in the append statement itself: no BEGIN, no COMMIT, one round trip', async () => {
-      const statements: string[] = [];
-      /** `sql`, writing down every statement and transaction the store sends through it. */
-      const recording = (sql: Sql): Sql => ({
+    /** `sql`, writing down in `statements` every statement and transaction sent through it. */
+    const recording =
+      (statements: string[]) =>
+      (sql: Sql): Sql => ({
         kind: sql.kind,
         get inTransaction() {
           return sql.inTransaction;
@@ -146,13 +150,16 @@ for (const db of testDatabases) {
         },
         transaction: (fn) => {
           statements.push('BEGIN');
-          return sql.transaction((tx) => fn(recording(tx)));
+          return sql.transaction((tx) => fn(recording(statements)(tx)));
         },
-        withConnection: (fn) => sql.withConnection((conn) => fn(recording(conn))),
+        withConnection: (fn) => sql.withConnection((conn) => fn(recording(statements)(conn))),
         listen: (channel, onNotify) => sql.listen(channel, onNotify),
         close: () => sql.close(),
       });
-      const { ctx, sql } = await open(allProjections, undefined, recording);
+
+    it('applies a live projection in the append statement itself: no BEGIN, no COMMIT, one round trip', async () => {
+      const statements: string[] = [];
+      const { ctx, sql } = await open(allProjections, undefined, recording(statements));
       const id = await allocateId(sql, 'Patient');
       statements.length = 0;
       await execute(ctx, (uow) =>
@@ -177,6 +184,54 @@ for (const db of testDatabases) {
         `SELECT id FROM rm_resource_identifiers WHERE system = 'urn:mrn' AND value = 'one-statement'`,
       );
       expect(Number(identifier?.id)).to.equal(id);
+    });
+
+    it('group-commits concurrent creates: fewer statements than appends, each append its own answer', async () => {
+      const statements: string[] = [];
+      const { sql, store } = await open(allProjections, undefined, recording(statements));
+      const registered = (id: number): NewEvent => ({
+        id: uuid(),
+        type: 'PatientRegistered',
+        data: {
+          id,
+          tenantId: 1,
+          resource: { identifier: [{ system: 'urn:mrn', value: `p${id}` }] },
+          at: NOW,
+        },
+        metadata: {
+          tenantId: 1,
+          actor: { type: 'system', id: 'test' },
+          correlationId: uuid(),
+          causationId: null,
+          requestId: null,
+          recordedAt: NOW,
+        },
+      });
+      const create = (id: number) =>
+        store.append(resourceStream('Patient', id), [registered(id)], 'no_stream').then(
+          () => 'created',
+          (error: unknown) => error,
+        );
+      const count = (name: string) => statements.filter((text) => text.includes(`${name}(`)).length;
+
+      // Sent in one tick: the first goes alone, the other 29 wait for it and go as one batch.
+      statements.length = 0;
+      const first = await Promise.all(Array.from({ length: 30 }, (_, i) => create(i + 1)));
+      expect(first).to.deep.equal(Array(30).fill('created'));
+      expect([count('es_append_inline'), count('es_append_batch')]).to.deep.equal([1, 1]);
+
+      // The same again, with an append in the middle of the batch that expects Patient 5 to be new:
+      // the batch fails, each of its appends is sent alone and gets its own answer.
+      statements.length = 0;
+      const second = await Promise.all([31, 32, 33, 5, 34, 35].map(create));
+      expect(second[3]).to.be.instanceOf(WrongExpectedVersion);
+      expect(second.filter((answer) => answer === 'created')).to.have.length(5);
+      expect([count('es_append_inline'), count('es_append_batch')]).to.deep.equal([1 + 5, 1]);
+      expect(statements).to.not.include('BEGIN');
+
+      const expected = [...Array.from({ length: 35 }, (_, i) => i + 1)];
+      expect(await patientIds(sql)).to.deep.equal(expected);
+      expect((await store.readStream(resourceStream('Patient', 5))).length).to.equal(1);
     });
 
     it('builds a projection added later from the log while appends go on, then applies it inline', async () => {

@@ -1,0 +1,74 @@
+/**
+ * Group commit of appends (docs/architecture.md "The write pipeline"): appends submitted while one
+ * send is in flight wait for it and then go together, in one statement and one transaction, so that
+ * under N concurrent writers one round trip and one WAL flush serve many of them. A writer alone
+ * sends at once: nothing waits for company.
+ */
+
+interface Waiting<I, O> {
+  readonly item: I;
+  readonly resolve: (output: O) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/** Most items one send carries. */
+const MAX_BATCH = 64;
+
+/**
+ * Sends items one batch at a time through `send`, which answers each item of a batch in order, or
+ * throws for the whole batch. A batch of several items that fails is nobody's answer: each of its
+ * items is sent again alone (all at once), and gets its own output or error. So an item's answer
+ * never depends on the items it happened to travel with, only on the order in which items commit.
+ */
+export class GroupCommit<I, O> {
+  private readonly waiting: Waiting<I, O>[] = [];
+  private inFlight = false;
+
+  /**
+   * @param send sends a batch (≥ 1 item) in one transaction: all of it commits, or it throws and
+   *   nothing does.
+   * @param maxBatch most items per send.
+   */
+  constructor(
+    private readonly send: (items: readonly I[]) => Promise<readonly O[]>,
+    private readonly maxBatch = MAX_BATCH,
+  ) {}
+
+  /**
+   * Sends `item` now, or with the next batch when a send is in flight.
+   * @returns its output, once its batch committed.
+   * @throws what sending it alone threw.
+   */
+  submit(item: I): Promise<O> {
+    return new Promise<O>((resolve, reject) => {
+      this.waiting.push({ item, resolve, reject });
+      if (!this.inFlight) void this.drain();
+    });
+  }
+
+  private async drain(): Promise<void> {
+    this.inFlight = true;
+    try {
+      while (this.waiting.length > 0) {
+        const batch = this.waiting.splice(0, this.maxBatch);
+        if (batch.length > 1) {
+          const outputs = await this.send(batch.map((w) => w.item)).catch(() => undefined);
+          if (outputs) {
+            for (const [i, w] of batch.entries()) w.resolve(outputs[i]!);
+            continue;
+          }
+        }
+        await Promise.all(
+          batch.map((w) =>
+            this.send([w.item]).then(
+              (outputs) => w.resolve(outputs[0]!),
+              (error: unknown) => w.reject(error),
+            ),
+          ),
+        );
+      }
+    } finally {
+      this.inFlight = false;
+    }
+  }
+}
