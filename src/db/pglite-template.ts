@@ -1,35 +1,63 @@
 /**
- * A template of an empty PGlite cluster, so that a fresh data directory starts from a tarball
- * (`loadDataDir`) instead of running initdb (docs/architecture.md "Embedded start").
+ * A template of an empty PGlite cluster, so that a fresh data directory starts as a copy of it
+ * instead of running initdb (docs/architecture.md "Embedded start").
  *
  * PGlite's initdb runs a second, temporary PGlite instance and the initdb WASM module beside the
  * real one: on a 2-core machine it takes 5–15 s and leaves the process at ~900 MB resident, which
- * V8 does not give back. The template is made once per PGlite version, in a short-lived child
- * process (so that memory goes with it), and kept in `$XDG_CACHE_HOME/casebook` (default
- * `~/.cache/casebook`); every later fresh data directory is unpacked from it in a second or two.
+ * V8 does not give back. The template is an initialised, cleanly closed data directory, made once
+ * per PGlite version in a short-lived child process (so that memory goes with it) and kept in
+ * `$XDG_CACHE_HOME/casebook` (default `~/.cache/casebook`). A fresh data directory is a file copy
+ * of it, so the server opens it as an existing one: unpacking a tarball into PGlite
+ * (`loadDataDir`) left its buffers, ~80 MiB, in the server until a major GC.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
-/** Run by the child: initdb in memory, dump the cluster gzipped, write it atomically to $OUT. */
+/** Run by the child: initdb into $OUT.<pid>, close cleanly, rename it to $OUT (atomic). */
 const CHILD = `
 const { PGlite } = await import(process.env.PGLITE_URL);
-const { writeFileSync, renameSync } = await import('node:fs');
-const db = await PGlite.create();
-const dump = await db.dumpDataDir('gzip');
-await db.close();
+const { renameSync, rmSync } = await import('node:fs');
 const temporary = process.env.OUT + '.' + process.pid;
-writeFileSync(temporary, Buffer.from(await dump.arrayBuffer()));
-renameSync(temporary, process.env.OUT);
+const db = await PGlite.create(temporary);
+await db.close();
+try {
+  renameSync(temporary, process.env.OUT);
+} catch (error) {
+  rmSync(temporary, { recursive: true, force: true });
+  if (error.code !== 'ENOTEMPTY' && error.code !== 'EEXIST') throw error;
+}
 `;
 
-const pgliteUrl = () => import.meta.resolve('@electric-sql/pglite');
+/**
+ * The URL of PGlite's ES module entry. `import.meta.resolve` where the module runs as ESM (the
+ * server); where it was loaded as CommonJS (the test runner's transform has no
+ * `import.meta.resolve`), the package's `import` entry found from `require.resolve`.
+ */
+const pgliteUrl = (): string => {
+  if (typeof import.meta.resolve === 'function') return import.meta.resolve('@electric-sql/pglite');
+  let dir = dirname(createRequire(import.meta.url).resolve('@electric-sql/pglite'));
+  for (;;) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file)) {
+      const pkg = JSON.parse(readFileSync(file, 'utf8')) as {
+        name?: string;
+        exports?: { '.'?: { import?: { default?: string } } };
+      };
+      const entry = pkg.exports?.['.']?.import?.default;
+      if (pkg.name === '@electric-sql/pglite' && entry) return pathToFileURL(join(dir, entry)).href;
+    }
+    const parent = dirname(dir);
+    if (parent === dir) throw new Error('@electric-sql/pglite: no ES module entry found');
+    dir = parent;
+  }
+};
 
 /** The installed PGlite version: a template made by another version is never used. */
 const pgliteVersion = (): string => {
@@ -46,30 +74,35 @@ const pgliteVersion = (): string => {
   }
 };
 
-/** Where the template of this PGlite version lives. */
+/** Where the template of this PGlite version lives (a data directory). */
 export const templatePath = (): string =>
   join(
     process.env.XDG_CACHE_HOME || join(homedir(), '.cache'),
     'casebook',
-    `pglite-${pgliteVersion()}-empty.tar.gz`,
+    `pglite-${pgliteVersion()}-empty`,
   );
 
 /**
- * The empty-cluster template as a Blob for PGlite's `loadDataDir`, made first (in a child process)
- * when missing. Returns undefined when it cannot be made or read (no writable cache directory…):
- * the caller then lets PGlite run initdb itself.
+ * Makes `dataDir` (missing, or without a cluster) a copy of the empty-cluster template, making the
+ * template first (in a child process) when missing. The cluster's top-level `PG_VERSION` is
+ * copied last, so a copy cut short is never taken for a cluster: the next start copies again.
+ * @returns false when the template cannot be made or copied (no writable cache directory…): the
+ *   caller then lets PGlite run initdb itself.
  */
-export const emptyClusterTemplate = async (): Promise<Blob | undefined> => {
+export const copyEmptyCluster = async (dataDir: string): Promise<boolean> => {
   try {
-    const file = templatePath();
-    if (!existsSync(file)) {
-      mkdirSync(dirname(file), { recursive: true });
+    const template = templatePath();
+    if (!existsSync(join(template, 'PG_VERSION'))) {
+      mkdirSync(dirname(template), { recursive: true });
       await run(process.execPath, ['--input-type=module', '-e', CHILD], {
-        env: { ...process.env, PGLITE_URL: pgliteUrl(), OUT: file },
+        env: { ...process.env, PGLITE_URL: pgliteUrl(), OUT: template },
       });
     }
-    return new Blob([readFileSync(file)]);
+    const marker = join(template, 'PG_VERSION');
+    cpSync(template, dataDir, { recursive: true, filter: (source) => source !== marker });
+    copyFileSync(marker, join(dataDir, 'PG_VERSION'));
+    return true;
   } catch {
-    return undefined;
+    return false;
   }
 };

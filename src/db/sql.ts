@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { emptyClusterTemplate } from './pglite-template.js';
+import { copyEmptyCluster } from './pglite-template.js';
 
 export type Row = Record<string, unknown>;
 
@@ -234,14 +234,13 @@ export class PgliteSql implements Sql {
   private constructor(readonly db: PGlite) {}
   /**
    * Opens PGlite in `dataDir` (in memory when undefined). A data directory without a cluster is
-   * unpacked from the empty-cluster template ({@link emptyClusterTemplate}) rather than initdb'd.
+   * first made a copy of the empty-cluster template ({@link copyEmptyCluster}) rather than
+   * initdb'd by PGlite (which it still is when the template cannot be had).
    */
   static async open(dataDir?: string): Promise<PgliteSql> {
-    const template =
-      dataDir && !existsSync(join(dataDir, 'PG_VERSION')) ? await emptyClusterTemplate() : undefined;
+    if (dataDir && !existsSync(join(dataDir, 'PG_VERSION'))) await copyEmptyCluster(dataDir);
     const db = dataDir
       ? new PGlite(dataDir, {
-          ...(template ? { loadDataDir: template } : {}),
           startParams: [...PGlite.defaultStartParams, '-c', `shared_buffers=${PGLITE_SHARED_BUFFERS}`],
         })
       : new PGlite();

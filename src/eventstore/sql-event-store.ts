@@ -16,8 +16,11 @@
  * An append is one round trip: the plpgsql function `es_append` locks the streams in name order,
  * checks idempotency and expected states, inserts the events and reports the state of every
  * projection. The {@link AppendHook} (casebook's inline projections) then runs in the same
- * transaction, so the read models commit together with the events. An append to a new stream that
- * no inline projection needs is one plain statement instead (APPEND_NEW_STREAM).
+ * transaction, so the read models commit together with the events. When the hook can say its
+ * work as calls of SQL functions, the append and those calls are one autocommit statement
+ * (`es_append_inline`), and such appends made concurrently share statements and commits
+ * ({@link GroupCommit}, `es_append_batch`). An append to a new stream that no inline projection
+ * needs is one plain statement instead (APPEND_NEW_STREAM). docs/architecture.md "Event store".
  */
 import { Subject, type Subscription } from 'rxjs';
 import type { Sql } from '../db/sql.js';
