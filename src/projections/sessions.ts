@@ -1,9 +1,9 @@
 /** Read model of sessions (docs/interface.md §2.4): `rm_sessions`, looked up by id and by cookie hash. */
 
 import { bumpSequence } from '../db/sequences.js';
-import type { Sql } from '../db/sql.js';
+import { defineFunction, type Sql } from '../db/sql.js';
 import type { SessionCreatedData, SessionEvent } from '../domain/session/session.js';
-import type { RecordedEvent } from '../eventstore/port.js';
+import type { PendingEvent } from '../eventstore/port.js';
 import { type Projection, rowsParam } from './projection.js';
 
 /** The state of one session after a batch. */
@@ -17,7 +17,7 @@ interface SessionRowChange {
   last_modified_at: string;
 }
 
-const foldSessions = (events: readonly RecordedEvent[]): SessionRowChange[] => {
+const foldSessions = (events: readonly PendingEvent[]): SessionRowChange[] => {
   const rows = new Map<number, SessionRowChange>();
   for (const event of events) {
     const e = { type: event.type, data: event.data } as SessionEvent;
@@ -64,9 +64,13 @@ const foldSessions = (events: readonly RecordedEvent[]): SessionRowChange[] => {
 const SESSION_EVENTS = new Set(['SessionCreated', 'SessionHandedOver', 'SessionEnded']);
 
 // Creations are inserted (or update an older row); other changes update rows below their revision.
-const APPLY_SQL = `
+// A function, so that an append can run it in its own statement (Projection.inline).
+const APPLY_FUNCTION = 'rm_sessions_apply';
+const APPLY_DEFINITION = `
+CREATE OR REPLACE FUNCTION ${APPLY_FUNCTION}(batch json) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
 WITH input AS (
-  SELECT x.*, (x.created->>'tenantId')::int AS tenant_id FROM json_to_recordset($1::json)
+  SELECT x.*, (x.created->>'tenantId')::int AS tenant_id FROM json_to_recordset(batch)
     AS x(id integer, revision integer, created json, status text, cookie_hash text, last_modified_at timestamptz)),
 inserted AS (
   INSERT INTO rm_sessions (id, tenant_id, client_id, user_id, patient_id, encounter_id, scopes, deployment_mode,
@@ -82,13 +86,15 @@ inserted AS (
   RETURNING id)
 UPDATE rm_sessions s SET status = i.status, cookie_hash = i.cookie_hash, last_modified_at = i.last_modified_at,
   revision = i.revision
-  FROM input i WHERE i.created IS NULL AND s.id = i.id AND s.revision < i.revision`;
+  FROM input i WHERE i.created IS NULL AND s.id = i.id AND s.revision < i.revision;
+END
+$fn$`;
 
 export const sessionsProjection: Projection = {
   name: 'sessions',
   tables: ['rm_sessions'],
-  migrate: (sql) =>
-    sql.exec(`CREATE TABLE IF NOT EXISTS rm_sessions (
+  migrate: async (sql) => {
+    await sql.exec(`CREATE TABLE IF NOT EXISTS rm_sessions (
       id integer PRIMARY KEY,
       tenant_id integer NOT NULL,
       client_id text NOT NULL,
@@ -106,12 +112,21 @@ export const sessionsProjection: Projection = {
       expires_at timestamptz NOT NULL,
       revision integer NOT NULL DEFAULT 0
     );
-    CREATE INDEX IF NOT EXISTS rm_sessions_tenant ON rm_sessions (tenant_id);`),
+    CREATE INDEX IF NOT EXISTS rm_sessions_tenant ON rm_sessions (tenant_id);`);
+    await defineFunction(sql, APPLY_FUNCTION, APPLY_DEFINITION);
+  },
   handles: (type) => SESSION_EVENTS.has(type),
+  inline: {
+    function: APPLY_FUNCTION,
+    argument: (events) => {
+      const rows = foldSessions(events);
+      return rows.length === 0 ? undefined : rowsParam(rows);
+    },
+  },
   apply: async (events, tx, mode) => {
     const rows = foldSessions(events);
     if (rows.length === 0) return;
-    await tx.query(APPLY_SQL, [rowsParam(rows)]);
+    await tx.query(`SELECT ${APPLY_FUNCTION}($1::json)`, [rowsParam(rows)]);
     if (mode === 'catch-up') {
       const highest = Math.max(0, ...rows.filter((r) => r.created).map((r) => r.id));
       if (highest > 0) await bumpSequence(tx, 'session', highest);

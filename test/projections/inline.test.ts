@@ -435,6 +435,12 @@ for (const db of testDatabases) {
     it('reports a write that stopped a projection as stored but unavailable', async () => {
       const fragile: Projection = {
         ...sessionsProjection,
+        inline: {
+          function: sessionsProjection.inline!.function,
+          argument: () => {
+            throw new RangeError('bad session');
+          },
+        },
         apply: async () => {
           throw new RangeError('bad session');
         },
