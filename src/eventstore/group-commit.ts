@@ -13,6 +13,8 @@ interface Waiting<I, O> {
 
 /** Most items one send carries. */
 const MAX_BATCH = 64;
+/** Most weight (by `weigh`: bytes of the statement, for appends) one send carries, past its first item. */
+const MAX_WEIGHT = 1 << 20;
 
 /**
  * Sends items one batch at a time through `send`, which answers each item of a batch in order, or
@@ -28,10 +30,14 @@ export class GroupCommit<I, O> {
    * @param send sends a batch (≥ 1 item) in one transaction: all of it commits, or it throws and
    *   nothing does.
    * @param maxBatch most items per send.
+   * @param weigh an item's weight (an append: the bytes it adds to the statement); a batch stops
+   *   before the item that would take it past `maxWeight`, and an item heavier than that goes alone.
    */
   constructor(
     private readonly send: (items: readonly I[]) => Promise<readonly O[]>,
     private readonly maxBatch = MAX_BATCH,
+    private readonly weigh: (item: I) => number = () => 0,
+    private readonly maxWeight = MAX_WEIGHT,
   ) {}
 
   /**
@@ -50,7 +56,14 @@ export class GroupCommit<I, O> {
     this.inFlight = true;
     try {
       while (this.waiting.length > 0) {
-        const batch = this.waiting.splice(0, this.maxBatch);
+        let count = 1;
+        let weight = this.weigh(this.waiting[0]!.item);
+        while (count < Math.min(this.maxBatch, this.waiting.length)) {
+          weight += this.weigh(this.waiting[count]!.item);
+          if (weight > this.maxWeight) break;
+          count++;
+        }
+        const batch = this.waiting.splice(0, count);
         if (batch.length > 1) {
           const outputs = await this.send(batch.map((w) => w.item)).catch(() => undefined);
           if (outputs) {

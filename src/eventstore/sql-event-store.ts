@@ -469,8 +469,10 @@ export class SqlEventStore implements EventStore {
   private closed = false;
   private hook: AppendHook | undefined;
   /** Appends that run the inline projections in their own statement, group-committed. */
-  private readonly inlineAppends = new GroupCommit<InlineAppend, AppendReply>((appends) =>
-    this.sendInlineAppends(appends),
+  private readonly inlineAppends = new GroupCommit<InlineAppend, AppendReply>(
+    (appends) => this.sendInlineAppends(appends),
+    undefined,
+    (a) => a.requests.length + a.data.length + a.calls.length,
   );
 
   private constructor(private readonly sql: Sql) {

@@ -59,6 +59,16 @@ describe('GroupCommit', () => {
     expect(r.batches.slice(2).sort()).to.deep.equal([[2], [3], [4]]);
   });
 
+  it('stops a batch before the item that would pass maxWeight; a heavier item goes alone', async () => {
+    const r = recorder();
+    r.hold();
+    const group = new GroupCommit(r.send, 64, (item: number) => item, 10);
+    const all = [1, 4, 5, 2, 30, 3, 3].map((i) => group.submit(i));
+    r.release();
+    expect(await Promise.all(all)).to.deep.equal([2, 8, 10, 4, 60, 6, 6]);
+    expect(r.batches).to.deep.equal([[1], [4, 5], [2], [30], [3, 3]]);
+  });
+
   it('sends at most maxBatch items at a time', async () => {
     const r = recorder();
     r.hold();
