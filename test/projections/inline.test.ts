@@ -71,6 +71,21 @@ for (const db of testDatabases) {
       return { opened, sql: opened.sql, store, runner, ctx };
     };
 
+    /** A Patient's registration as a command would record it, appended straight to the store by tests. */
+    const registered = (id: number, value = `p${id}`): NewEvent => ({
+      id: uuid(),
+      type: 'PatientRegistered',
+      data: { id, tenantId: 1, resource: { identifier: [{ system: 'urn:x', value }] }, at: NOW },
+      metadata: {
+        tenantId: 1,
+        actor: { type: 'system', id: 'test' },
+        correlationId: uuid(),
+        causationId: null,
+        requestId: null,
+        recordedAt: NOW,
+      },
+    });
+
     const createPatient = async (
       ctx: CommandContext,
       identifier = { system: 'urn:mrn', value: uuid() },
@@ -189,24 +204,6 @@ for (const db of testDatabases) {
     it('group-commits concurrent creates: fewer statements than appends, each append its own answer', async () => {
       const statements: string[] = [];
       const { sql, store } = await open(allProjections, undefined, recording(statements));
-      const registered = (id: number): NewEvent => ({
-        id: uuid(),
-        type: 'PatientRegistered',
-        data: {
-          id,
-          tenantId: 1,
-          resource: { identifier: [{ system: 'urn:mrn', value: `p${id}` }] },
-          at: NOW,
-        },
-        metadata: {
-          tenantId: 1,
-          actor: { type: 'system', id: 'test' },
-          correlationId: uuid(),
-          causationId: null,
-          requestId: null,
-          recordedAt: NOW,
-        },
-      });
       const create = (id: number) =>
         store.append(resourceStream('Patient', id), [registered(id)], 'no_stream').then(
           () => 'created',
@@ -318,24 +315,7 @@ for (const db of testDatabases) {
         const readable = await createPatient(ctx);
 
         // The poison event, written straight to the store: it is stored, the projection stops.
-        const poison: NewEvent = {
-          id: uuid(),
-          type: 'PatientRegistered',
-          data: {
-            id: 999_999,
-            tenantId: 1,
-            resource: { identifier: [{ system: 'urn:x', value: 'poison' }] },
-            at: NOW,
-          },
-          metadata: {
-            tenantId: 1,
-            actor: { type: 'system', id: 'test' },
-            correlationId: uuid(),
-            causationId: null,
-            requestId: null,
-            recordedAt: NOW,
-          },
-        };
+        const poison = registered(999_999, 'poison');
         const appended = await store.append('Patient-999999', [poison], 'no_stream');
         expect((await store.readStream('Patient-999999')).map((e) => e.id)).to.deep.equal([poison.id]);
         const stopped = await state(sql, 'resources');
@@ -392,31 +372,9 @@ for (const db of testDatabases) {
       const { ctx, sql, store, runner } = await open(projections, 5);
       const before: number[] = [];
       for (let i = 0; i < 12; i++) before.push(await createPatient(ctx));
-      const poisonId = uuid();
-      await store.append(
-        'Patient-999999',
-        [
-          {
-            id: poisonId,
-            type: 'PatientRegistered',
-            data: {
-              id: 999_999,
-              tenantId: 1,
-              resource: { identifier: [{ system: 'urn:x', value: 'poison' }] },
-              at: NOW,
-            },
-            metadata: {
-              tenantId: 1,
-              actor: { type: 'system', id: 'test' },
-              correlationId: uuid(),
-              causationId: null,
-              requestId: null,
-              recordedAt: NOW,
-            },
-          },
-        ],
-        'no_stream',
-      );
+      const poison = registered(999_999, 'poison');
+      const poisonId = poison.id;
+      await store.append('Patient-999999', [poison], 'no_stream');
       const sessions: number[] = [];
       for (let i = 0; i < 12; i++) sessions.push(await createSession(ctx));
 
