@@ -3,6 +3,7 @@
  * constant time; handover tokens and session cookies are 256-bit random values stored as SHA-256
  * hashes (high-entropy values need no salt or work factor).
  */
+import * as crypto from 'node:crypto';
 import { createHash, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
 
@@ -37,8 +38,12 @@ export const verifySecret = async (secret: string, stored: string): Promise<bool
 /** A 256-bit random value, base64url (43 characters). */
 export const randomToken = (): string => randomBytes(32).toString('base64url');
 
-/** SHA-256 of a token, hex. */
-export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
+/** Node's one-shot digest (20.12 and later): a third of the time of a Hash object per call. */
+const oneShotHash = (crypto as { hash?: (algorithm: string, data: string, encoding: 'hex') => string }).hash;
+
+/** SHA-256 of a token, hex (on every request that carries a secret or a cookie). */
+export const hashToken = (token: string): string =>
+  oneShotHash ? oneShotHash('sha256', token, 'hex') : createHash('sha256').update(token).digest('hex');
 
 /** A generated client secret: 32 random bytes, base64url. */
 export const generateSecret = (): string => randomBytes(32).toString('base64url');

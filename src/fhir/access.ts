@@ -49,7 +49,10 @@ export const targetOf = (row: {
   patientId: row.patientId,
   author: row.author,
   project: row.project,
-  content: row.resource,
+  // Read when a scope decision needs the content (a row read as text is parsed only then).
+  get content() {
+    return row.resource;
+  },
 });
 
 /** The scope-relevant facts of content about to be written (`id` undefined for a create). */

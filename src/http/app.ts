@@ -2,10 +2,10 @@
  * The Koa app serving the hosts of docs/architecture.md "Processes and hosts" under the paths of their public URLs.
  */
 
+import { randomUUID } from 'node:crypto';
 import cors from '@koa/cors';
 import Router from '@koa/router';
 import Koa from 'koa';
-import { v4 as uuidv4 } from 'uuid';
 import type { Casebook } from '../casebook.js';
 import { sendErrorPage } from './app/error-page.js';
 import { appRouter } from './app/router.js';
@@ -79,7 +79,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   app.use(async (ctx, next) => {
     const started = performance.now();
     const given = ctx.get('X-Request-Id');
-    ctx.state.requestId = REQUEST_ID.test(given) ? given : uuidv4();
+    ctx.state.requestId = REQUEST_ID.test(given) ? given : randomUUID();
     ctx.set('X-Request-Id', ctx.state.requestId);
     try {
       await next();

@@ -204,6 +204,11 @@ export interface ResourceRow {
   readonly versionId: number;
   /** Full FHIR JSON of the current version. */
   readonly resource: Record<string, unknown>;
+  /**
+   * The same as stored JSON text, when the row was read as text ({@link readResource}): an answer
+   * can send it as it is, and `resource` is parsed only if something looks inside.
+   */
+  readonly json?: string;
   readonly lastUpdated: Date;
   readonly deleted: boolean;
   readonly patientId: number | null;
@@ -234,11 +239,25 @@ export const readResource = async (
   id: number,
   tenantId: number,
 ): Promise<ResourceRow | undefined> => {
+  // The content as text: a read answers it as stored, without parsing and serialising it again.
   const rows = await sql.query(
-    `SELECT * FROM rm_resources WHERE resource_type = $1 AND id = $2 AND tenant_id = $3`,
+    `SELECT resource_type, id, tenant_id, version_id, content::text AS content_json, last_updated, deleted,
+            patient_id, encounter_id, project, author
+       FROM rm_resources WHERE resource_type = $1 AND id = $2 AND tenant_id = $3`,
     [type, id, tenantId],
   );
-  return rows[0] ? rowOf(rows[0]) : undefined;
+  const r = rows[0];
+  if (!r) return undefined;
+  const json = r.content_json as string;
+  let parsed: Record<string, unknown> | undefined;
+  return {
+    ...rowOf(r),
+    json,
+    get resource() {
+      parsed ??= JSON.parse(json) as Record<string, unknown>;
+      return parsed;
+    },
+  };
 };
 
 /** Search criteria the data server supports, all ANDed; values within one criterion are ORed. */

@@ -13,6 +13,8 @@ import { escapeForbidden, findJsonStringViolation, type JsonStringViolation } fr
 const RULE =
   'FHIR strings may not contain characters below U+0020 other than tab, CR and LF, nor lone surrogates';
 const RESOURCE_TYPE = /^[A-Z][A-Za-z]{0,63}$/;
+/** A request target of printable ASCII with no `%`: it cannot carry a control character or a surrogate. */
+const PLAIN_URL = /^[\x20-\x24\x26-\x7e]*$/;
 
 /** decodeURIComponent that leaves a malformed escape as it is (it cannot hide a character then). */
 const decode = (text: string): string => {
@@ -84,6 +86,8 @@ const refuse = (
  * @throws {DomainError} `invalid` (400) naming the parameter, header or `path`.
  */
 export const checkRequestLineStrings = (ctx: Context): void => {
+  // Printable ASCII without a percent escape decodes to itself: nothing to find (most requests).
+  if (PLAIN_URL.test(ctx.url) && !ctx.get('If-None-Exist')) return;
   const path = findJsonStringViolation(ctx.path.split('/').map(decode));
   if (path) throw refuse('invalid', 'the request path', path, 'path');
   const query = findJsonStringViolation(ctx.query);

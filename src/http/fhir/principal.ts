@@ -50,12 +50,45 @@ export const sessionPrincipal = async (casebook: Casebook, session: SessionRow):
   };
 };
 
+/** Distinct clients whose parsed scopes are remembered (cleared when full). */
+const SCOPE_CACHE_MAX = 1000;
+const parsedClientScopes = new Map<string, readonly ResourceScope[]>();
+
+/** Deeply frozen: one parse is shared by every request of the client, and nobody may change it. */
+const frozen = (scopes: ResourceScope[]): readonly ResourceScope[] => {
+  for (const scope of scopes) {
+    Object.freeze(scope.permissions);
+    for (const filter of scope.filters) Object.freeze(filter);
+    Object.freeze(scope.filters);
+    Object.freeze(scope);
+  }
+  return Object.freeze(scopes);
+};
+
+/**
+ * {@link clientScopes}, parsed once per distinct scopes and projects (every request of an API client
+ * needs them; a changed client, with other scopes or projects, is another key).
+ */
+const cachedClientScopes = (
+  scopes: readonly string[],
+  projects: readonly string[],
+): readonly ResourceScope[] => {
+  const key = `${scopes.join(' ')}\u0000${projects.join('\u0000')}`;
+  let parsed = parsedClientScopes.get(key);
+  if (parsed === undefined) {
+    if (parsedClientScopes.size >= SCOPE_CACHE_MAX) parsedClientScopes.clear();
+    parsed = frozen(clientScopes(scopes, projects));
+    parsedClientScopes.set(key, parsed);
+  }
+  return parsed;
+};
+
 /** An API client's principal: its own scopes, tenant-wide (docs/interface.md §5 rule 4). */
 export const clientPrincipal = (client: ClientPrincipal): Principal => ({
   kind: 'client',
   tenantId: client.tenantId,
   actor: { type: 'client', id: client.clientId },
-  scopes: clientScopes(client.scopes, client.projects),
+  scopes: cachedClientScopes(client.scopes, client.projects),
   projects: client.projects,
   patientId: null,
   userRef: null,

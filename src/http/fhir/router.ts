@@ -24,11 +24,14 @@ import { capabilityStatement } from './capability.js';
 import { FHIR_JSON, requireFhirJson } from './media.js';
 import { resolvePrincipal } from './principal.js';
 
-/** Sends one resource with its version headers (ETag, Last-Modified), honouring `Prefer: return=minimal`. */
+/**
+ * Sends one resource with its version headers (ETag, Last-Modified), honouring `Prefer: return=minimal`.
+ * `resource` is the FHIR JSON, or its stored text (a read: sent as it is).
+ */
 const sendResource = (
   ctx: Context,
   status: number,
-  resource: Record<string, unknown>,
+  resource: Record<string, unknown> | string,
   versionId: number,
   lastUpdated: string,
 ) => {
@@ -427,7 +430,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const principal = await resolvePrincipal(ctx, casebook);
     const row = await queries.read(casebook.sql, principal, def, id);
     noteAudit(ctx, { interaction: 'read', entities: [rowEntity(row)] });
-    sendResource(ctx, 200, row.resource, row.versionId, row.lastUpdated.toISOString());
+    sendResource(ctx, 200, row.json ?? row.resource, row.versionId, row.lastUpdated.toISOString());
   });
 
   router.put('/:type/:id', async (ctx) => {

@@ -844,6 +844,36 @@ for (const database of testDatabases) {
     });
 
     describe('GET /Patient/{id}', () => {
+      it('answers the stored JSON as the create answered it, byte for byte, with its version headers', async () => {
+        // The read sends the stored text as it is (src/projections/resources.ts readResource).
+        const base = app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1');
+        const body = {
+          resourceType: 'Patient',
+          identifier: [mrn()],
+          name: [{ family: 'Ünlü', given: ['Zoë', '李'] }],
+          gender: 'female',
+        };
+        const create = await fetch(`${base}/Patient`, {
+          method: 'POST',
+          headers: { Authorization: GENERAL, 'Content-Type': FHIR_JSON },
+          body: JSON.stringify(body),
+        });
+        expect(create.status).to.equal(201);
+        const createdText = await create.text();
+        const id = (JSON.parse(createdText) as { id: string }).id;
+        const res = await fetch(`${base}/Patient/${id}`, { headers: { Authorization: GENERAL } });
+        expect(res.status).to.equal(200);
+        expect(res.headers.get('content-type')).to.match(/^application\/fhir\+json/);
+        expect(res.headers.get('etag')).to.equal('W/"1"');
+        expect(res.headers.get('last-modified')).to.equal(create.headers.get('last-modified'));
+        expect(await res.text()).to.equal(createdText);
+        const minimal = await fetch(`${base}/Patient/${id}`, {
+          headers: { Authorization: GENERAL, Prefer: 'return=minimal' },
+        });
+        expect(minimal.status).to.equal(200);
+        expect(await minimal.text()).to.equal('');
+      });
+
       it('answers 404 not-found for an unknown or malformed id', async () => {
         expectIssues(await read('Patient', '987654'), 404, [{ code: 'not-found' }]);
         expectIssues(await read('Patient', 'abc'), 404, [{ code: 'not-found' }]);
