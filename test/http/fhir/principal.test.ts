@@ -25,7 +25,9 @@ describe('clientPrincipal', () => {
     const wide = clientPrincipal(client(['system/*.*']));
     const narrow = clientPrincipal(client(['system/Patient.r']));
     expect(narrow.scopes).not.to.equal(wide.scopes);
-    expect(narrow.scopes.map((s) => [s.resourceType, s.permissions.join('')])).to.deep.equal([['Patient', 'r']]);
+    expect(narrow.scopes.map((s) => [s.resourceType, s.permissions.join('')])).to.deep.equal([
+      ['Patient', 'r'],
+    ]);
     const other = clientPrincipal(client(['system/*.*'], ['cardiology']));
     expect(other.scopes[1]?.filters).to.deep.equal([['project', 'cardiology']]);
     // A scope list and a project list that join to the same text are still told apart.
