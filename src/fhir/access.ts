@@ -43,17 +43,23 @@ export const targetOf = (row: {
   readonly author: string | null;
   readonly project: string | null;
   readonly resource: Content;
-}): AccessTarget => ({
-  resourceType: row.resourceType,
-  id: row.id,
-  patientId: row.patientId,
-  author: row.author,
-  project: row.project,
-  // Read when a scope decision needs the content (a row read as text is parsed only then).
-  get content() {
-    return row.resource;
-  },
-});
+  /** Set on a row read as text (src/projections/resources.ts readResource): `resource` parses it. */
+  readonly json?: string;
+}): AccessTarget => {
+  const facts = {
+    resourceType: row.resourceType,
+    id: row.id,
+    patientId: row.patientId,
+    author: row.author,
+    project: row.project,
+  };
+  if (row.json === undefined) return { ...facts, content: row.resource };
+  // Parsed only when a scope decision looks at the content (most reads never do).
+  return Object.defineProperty(facts, 'content', {
+    get: () => row.resource,
+    enumerable: true,
+  }) as AccessTarget;
+};
 
 /** The scope-relevant facts of content about to be written (`id` undefined for a create). */
 export const targetOfContent = (
