@@ -11,7 +11,9 @@
  * reads costs.
  *
  * Each request shape gets BENCH_WARMUP seconds (default 2) of warm-up, then BENCH_DURATION seconds
- * (default 10) measured with autocannon, 20 connections unless said otherwise. PostgreSQL comes
+ * (default 10) measured with autocannon, 20 connections unless said otherwise. The raw server runs
+ * throughout: each ratio to it divides by the mean of the raw shape measured just before and just
+ * after the casebook run (column `raw RPS`), as this VM's speed drifts within minutes. PostgreSQL comes
  * from BENCH_DATABASE_URL, else TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
  * bench/README.md explains the table.
  */
@@ -71,6 +73,8 @@ interface Row {
   readonly measured: Measured;
   /** `ratio` of `against`, and its target. */
   readonly ratio?: { value: number; against: string; target: number };
+  /** The raw RPS the ratio divides by: the mean of the raw runs just before and just after. */
+  readonly pairedRaw?: number;
 }
 
 const rows: Row[] = [];
@@ -90,8 +94,20 @@ const createSchema = async (admin: pg.Client, prefix: string) => {
 const run = (url: string, shape: Shape, pid: number, connections = CONNECTIONS) =>
   measure(url, shape, { connections, seconds: SECONDS, warmupSeconds: WARMUP, pid });
 
-/** Starts the raw baseline and measures its INSERT (20 and 1 connections) and SELECT by id. */
-const benchRaw = async (schema: string) => {
+/**
+ * The raw baseline, running for the whole bench: its standalone INSERT (20 and 1 connections) and
+ * SELECT by id rows, and `paired`, which measures a raw shape again next to a casebook run.
+ */
+interface Raw {
+  readonly insert: Shape;
+  readonly select: Shape;
+  /** Measures `shape` on the raw server (a paired run: not a row of its own). */
+  measure(shape: Shape): Promise<Measured>;
+  stop(): Promise<void>;
+}
+
+/** Starts the raw baseline, preloads its Patients and measures its standalone rows. */
+const startRaw = async (schema: string): Promise<Raw> => {
   const port = await freePort();
   const child = spawnTs('bench/support/baseline.ts', [], {
     BASELINE_DATABASE_URL: withSchemaUrl(schema),
@@ -121,10 +137,23 @@ const benchRaw = async (schema: string) => {
     rows.push({ system: 'raw', request: 'INSERT jsonb', connections: 1, measured: post1 });
     const get = await run(base, select, child.pid);
     rows.push({ system: 'raw', request: 'SELECT by id', connections: CONNECTIONS, measured: get });
-    return { insert: post20.rps, select: get.rps };
-  } finally {
+    return { insert, select, measure: (shape) => run(base, shape, child.pid), stop: () => child.stop() };
+  } catch (error) {
     await child.stop();
+    throw error;
   }
+};
+
+/**
+ * Measures a casebook shape with the raw shape it is compared to measured just before and just
+ * after it (a paired design: this VM's speed drifts by a third within minutes, so a raw figure from
+ * minutes earlier can make a ratio by itself). The ratio divides by the mean of the two raw runs.
+ */
+const paired = async (raw: Raw, rawShape: Shape, measureCasebook: () => Promise<Measured>) => {
+  const before = await raw.measure(rawShape);
+  const measured = await measureCasebook();
+  const after = await raw.measure(rawShape);
+  return { measured, rawRps: (before.rps + after.rps) / 2 };
 };
 
 /** Starts `casebook serve` with `env` and a seed of one tenant and one API client; waits for /readyz. */
@@ -165,12 +194,7 @@ const preload = async (base: string) => {
 };
 
 /** Measures casebook's POST (20 and 1 connections), GET by id, search by identifier and sessions. */
-const benchCasebook = async (
-  system: string,
-  env: Record<string, string>,
-  seedFile: string,
-  raw: { insert: number; select: number },
-) => {
+const benchCasebook = async (system: string, env: Record<string, string>, seedFile: string, raw: Raw) => {
   const { child, base } = await startCasebook(env, seedFile);
   try {
     const { practitioner, patients } = await preload(base);
@@ -179,13 +203,16 @@ const benchCasebook = async (
       headers: FHIR_JSON,
       next: () => ({ path: '/fhir/r5/Patient', body: patientBody() }),
     };
-    const post20 = await run(base, create, child.pid);
+    const { measured: post20, rawRps: rawInsert } = await paired(raw, raw.insert, () =>
+      run(base, create, child.pid),
+    );
     rows.push({
       system,
       request: 'POST /Patient',
       connections: CONNECTIONS,
       measured: post20,
-      ratio: { value: post20.rps / raw.insert, against: 'raw INSERT', target: TARGETS.post },
+      ratio: { value: post20.rps / rawInsert, against: 'raw INSERT', target: TARGETS.post },
+      pairedRaw: rawInsert,
     });
     const post1 = await run(base, create, child.pid, 1);
     rows.push({
@@ -195,67 +222,76 @@ const benchCasebook = async (
       measured: post1,
       ratio: { value: post20.rps / post1.rps, against: '20 conn ÷ 1 conn', target: TARGETS.scaling },
     });
-    const byId = await run(
-      base,
-      {
-        method: 'GET',
-        headers: { authorization: AUTH },
-        next: () => ({ path: `/fhir/r5/Patient/${pick(patients).id}` }),
-      },
-      child.pid,
+    const { measured: byId, rawRps: rawSelect } = await paired(raw, raw.select, () =>
+      run(
+        base,
+        {
+          method: 'GET',
+          headers: { authorization: AUTH },
+          next: () => ({ path: `/fhir/r5/Patient/${pick(patients).id}` }),
+        },
+        child.pid,
+      ),
     );
     rows.push({
       system,
       request: 'GET /Patient/{id}',
       connections: CONNECTIONS,
       measured: byId,
-      ratio: { value: byId.rps / raw.select, against: 'raw SELECT', target: TARGETS.getId },
+      ratio: { value: byId.rps / rawSelect, against: 'raw SELECT', target: TARGETS.getId },
+      pairedRaw: rawSelect,
     });
-    const byIdentifier = await run(
-      base,
-      {
-        method: 'GET',
-        headers: { authorization: AUTH },
-        next: () => ({
-          path: `/fhir/r5/Patient?identifier=${encodeURIComponent(`${SYSTEM}|${pick(patients).identifier}`)}`,
-        }),
-      },
-      child.pid,
+    const { measured: byIdentifier, rawRps: rawSelect2 } = await paired(raw, raw.select, () =>
+      run(
+        base,
+        {
+          method: 'GET',
+          headers: { authorization: AUTH },
+          next: () => ({
+            path: `/fhir/r5/Patient?identifier=${encodeURIComponent(`${SYSTEM}|${pick(patients).identifier}`)}`,
+          }),
+        },
+        child.pid,
+      ),
     );
     rows.push({
       system,
       request: 'GET /Patient?identifier=',
       connections: CONNECTIONS,
       measured: byIdentifier,
-      ratio: { value: byIdentifier.rps / raw.select, against: 'raw SELECT', target: TARGETS.getIdentifier },
+      ratio: { value: byIdentifier.rps / rawSelect2, against: 'raw SELECT', target: TARGETS.getIdentifier },
+      pairedRaw: rawSelect2,
     });
-    const sessions = await run(
-      base,
-      {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: AUTH },
-        next: () => ({
-          path: '/auth/sessions',
-          body: JSON.stringify({
-            user: Number(practitioner),
-            fhirContext: [
-              {
-                type: 'Patient',
-                identifier: { system: SYSTEM, value: pick(patients).identifier },
-                role: 'https://casebook.dev/fhir/role/find',
-              },
-            ],
+    const { measured: sessions, rawRps: rawInsert2 } = await paired(raw, raw.insert, () =>
+      run(
+        base,
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: AUTH },
+          next: () => ({
+            path: '/auth/sessions',
+            body: JSON.stringify({
+              user: Number(practitioner),
+              fhirContext: [
+                {
+                  type: 'Patient',
+                  identifier: { system: SYSTEM, value: pick(patients).identifier },
+                  role: 'https://casebook.dev/fhir/role/find',
+                },
+              ],
+            }),
           }),
-        }),
-      },
-      child.pid,
+        },
+        child.pid,
+      ),
     );
     rows.push({
       system,
       request: 'POST /auth/sessions (find)',
       connections: CONNECTIONS,
       measured: sessions,
-      ratio: { value: sessions.rps / raw.insert, against: 'raw INSERT', target: TARGETS.session },
+      ratio: { value: sessions.rps / rawInsert2, against: 'raw INSERT', target: TARGETS.session },
+      pairedRaw: rawInsert2,
     });
     return { patients, getId: byId.rps };
   } finally {
@@ -309,6 +345,7 @@ const printTable = () => {
     'failed',
     'ratio',
     'of',
+    'raw RPS',
     'target',
     '',
     'CPU ms/req',
@@ -323,6 +360,7 @@ const printTable = () => {
     fmt(r.measured.failures),
     r.ratio ? (r.ratio.target >= 1 ? `×${fmt(r.ratio.value, 1)}` : `${fmt(r.ratio.value * 100)} %`) : '',
     r.ratio?.against ?? '',
+    r.pairedRaw === undefined ? '' : fmt(r.pairedRaw),
     r.ratio ? (r.ratio.target >= 1 ? `≥ ×${r.ratio.target}` : `≥ ${r.ratio.target * 100} %`) : '',
     r.ratio ? (r.ratio.value >= r.ratio.target ? 'pass' : 'MISS') : '',
     fmt(r.measured.cpuPerRequest, 2),
@@ -360,11 +398,13 @@ const main = async () => {
       ],
     }),
   );
+  let stopRaw = async () => {};
   try {
     const rawSchema = await createSchema(admin, 'bench_raw');
     schemas.push(rawSchema);
     console.log('raw Koa + pg…');
-    const raw = await benchRaw(rawSchema);
+    const raw = await startRaw(rawSchema);
+    stopRaw = () => raw.stop();
     const cbSchema = await createSchema(admin, 'bench_http');
     schemas.push(cbSchema);
     const pgEnv = { DATABASE_URL: withSchemaUrl(cbSchema) };
@@ -380,6 +420,7 @@ const main = async () => {
     console.log('casebook on PGlite…');
     await benchCasebook('casebook-pglite', { DATA_DIR: join(dataDir, 'pglite') }, seedFile, raw);
   } finally {
+    await stopRaw();
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await admin.end();
     rmSync(dataDir, { recursive: true, force: true });

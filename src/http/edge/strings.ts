@@ -8,13 +8,27 @@
  */
 import type { Context, Middleware } from 'koa';
 import { DomainError } from '../../domain/decider.js';
-import { escapeForbidden, findJsonStringViolation, type JsonStringViolation } from '../../fhir/strings.js';
+import {
+  escapeForbidden,
+  findJsonStringViolation,
+  isFhirString,
+  type JsonStringViolation,
+} from '../../fhir/strings.js';
 
 const RULE =
   'FHIR strings may not contain characters below U+0020 other than tab, CR and LF, nor lone surrogates';
 const RESOURCE_TYPE = /^[A-Z][A-Za-z]{0,63}$/;
 /** A request target of printable ASCII with no `%`: it cannot carry a control character or a surrogate. */
 const PLAIN_URL = /^[\x20-\x24\x26-\x7e]*$/;
+
+/** Whether the whole of `url` percent-decodes (as UTF-8) to a string FHIR allows. */
+const decodesToFhirString = (url: string): boolean => {
+  try {
+    return isFhirString(decodeURIComponent(url));
+  } catch {
+    return false; // a malformed escape or an encoded surrogate: the part-by-part check decides
+  }
+};
 
 /** decodeURIComponent that leaves a malformed escape as it is (it cannot hide a character then). */
 const decode = (text: string): string => {
@@ -86,8 +100,10 @@ const refuse = (
  * @throws {DomainError} `invalid` (400) naming the parameter, header or `path`.
  */
 export const checkRequestLineStrings = (ctx: Context): void => {
-  // Printable ASCII without a percent escape decodes to itself: nothing to find (most requests).
-  if (PLAIN_URL.test(ctx.url) && !ctx.get('If-None-Exist')) return;
+  // Nothing to find (most requests): printable ASCII without a percent escape decodes to itself,
+  // and a target that decodes whole to valid FHIR text has valid parts (an escape never spans a
+  // `/`, `?`, `&` or `=`). Otherwise the parts are decoded one by one, to name the bad one.
+  if ((PLAIN_URL.test(ctx.url) || decodesToFhirString(ctx.url)) && !ctx.get('If-None-Exist')) return;
   const path = findJsonStringViolation(ctx.path.split('/').map(decode));
   if (path) throw refuse('invalid', 'the request path', path, 'path');
   const query = findJsonStringViolation(ctx.query);
