@@ -5,7 +5,7 @@
  *
  * Systems, each a child process started and stopped in turn:
  *   raw               bench/support/baseline.ts: INSERT jsonb / SELECT by id, casebook's body parser
- *   casebook-postgres `casebook serve` on PostgreSQL, a fresh schema (dropped at the end)
+ *   casebook-postgres `casebook serve` (compiled, as `npm start` runs it) on PostgreSQL, a fresh schema (dropped at the end)
  *   casebook-pglite   `casebook serve` on PGlite in a fresh data directory
  * and `casebook serve` on the same PostgreSQL schema with AUDIT_READS=false, for what auditing
  * reads costs.
@@ -23,7 +23,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { type Measured, measure, type Shape } from './support/load.js';
-import { freePort, spawnTs, waitFor200, waitForOutput, waitIdle } from './support/process.js';
+import { freePort, spawnCasebook, spawnTs, waitFor200, waitForOutput, waitIdle } from './support/process.js';
 
 const POSTGRES_URL =
   process.env.BENCH_DATABASE_URL ??
@@ -169,7 +169,7 @@ const paired = async (
 /** Starts `casebook serve` with `env` and a seed of one tenant and one API client; waits for /readyz. */
 const startCasebook = async (env: Record<string, string>, seedFile: string) => {
   const port = await freePort();
-  const child = spawnTs('src/cli/main.ts', ['serve'], {
+  const child = spawnCasebook(['serve'], {
     PORT: String(port),
     HOST: '127.0.0.1',
     LOG_LEVEL: 'warn',

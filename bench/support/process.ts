@@ -1,7 +1,8 @@
 /**
  * Child processes for the benches: start a server, wait until it answers, read its CPU time and
- * resident set from /proc, stop it. Servers run as `node --import tsx <script>` (not the `tsx`
- * binary, which forks a second node process), so the pid measured is the server's own.
+ * resident set from /proc, stop it. casebook runs compiled, as `npm start` runs it
+ * (`node dist/cli/main.js`); the raw baseline as `node --import tsx <script>` (not the `tsx`
+ * binary, which forks a second node process). Either way the pid measured is the server's own.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -44,8 +45,33 @@ export const spawnTs = (
   args: readonly string[],
   env: Record<string, string>,
   nodeArgs: readonly string[] = [],
+): Child => spawnNode([...nodeArgs, '--import', 'tsx', script, ...args], env, script);
+
+let built = false;
+
+/** Compiles casebook into dist/ (`npm run build`), once per bench process. */
+export const buildCasebook = (): void => {
+  if (built) return;
+  execFileSync('npm', ['run', 'build', '--silent'], { cwd: ROOT, stdio: 'inherit' });
+  built = true;
+};
+
+/**
+ * Spawns the compiled casebook CLI, `node [nodeArgs] dist/cli/main.js [args]`, as `npm start` runs
+ * the server; compiles it first ({@link buildCasebook}).
+ */
+export const spawnCasebook = (
+  args: readonly string[],
+  env: Record<string, string>,
+  nodeArgs: readonly string[] = [],
 ): Child => {
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, ...args], {
+  buildCasebook();
+  return spawnNode([...nodeArgs, 'dist/cli/main.js', ...args], env, 'dist/cli/main.js');
+};
+
+/** Spawns `node <argv>` in the repository root with `env` added to this process's environment. */
+const spawnNode = (argv: readonly string[], env: Record<string, string>, script: string): Child => {
+  const child = spawn(process.execPath, argv, {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,6 +1,6 @@
 /**
- * The README quick start and walkthrough, end to end with real processes: `npm start` on the
- * embedded default (and on the Postgres server), scripts/walkthrough.sh against it, then the
+ * The README quick start and walkthrough, end to end with real processes: `npm start` as written
+ * (compiling into dist/) on the embedded default, the source on the Postgres server, scripts/walkthrough.sh against it, then the
  * CLI's event export of the session stream.
  */
 import { randomBytes } from 'node:crypto';
@@ -14,12 +14,15 @@ import { cli, script, startServer } from '../support/process.js';
 
 interface Leg {
   readonly name: string;
+  /** Start the server with the README's own `npm start` (compiled into dist/) instead of the source. */
+  readonly npmStart?: boolean;
   setup(): Promise<{ env: Record<string, string>; dispose: () => Promise<void> }>;
 }
 
 const legs: Leg[] = [
   {
-    name: 'the embedded default (PGlite in DATA_DIR)',
+    name: 'the embedded default (PGlite in DATA_DIR), started with npm start',
+    npmStart: true,
     async setup() {
       const dir = mkdtempSync(join(tmpdir(), 'casebook-'));
       return { env: { DATA_DIR: dir }, dispose: async () => rmSync(dir, { recursive: true, force: true }) };
@@ -53,7 +56,9 @@ for (const leg of legs) {
     it('runs the session, FHIR and form walkthroughs as written; the event log shows every step', async () => {
       const { env, dispose } = await leg.setup();
       try {
-        const server = await startServer(env);
+        const server = await startServer(env, { npmStart: leg.npmStart === true });
+        if (leg.npmStart)
+          expect(server.commandLines()).to.include.members(['npm start', 'node dist/cli/main.js serve']);
         let sessionId: string;
         try {
           const secret = /export CASEBOOK_CLIENT_SECRET=(\S+)/.exec(server.output())?.[1];

@@ -1,6 +1,7 @@
 /** Runs casebook as a real process (npm start / the CLI), as a newcomer would. */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { promisify } from 'node:util';
 
@@ -18,6 +19,8 @@ export const freePort = async (): Promise<number> => {
 
 export interface RunningServer {
   readonly port: number;
+  /** The command lines of the processes started (npm and the node it runs, or node alone). */
+  readonly commandLines: () => string[];
   readonly output: () => string;
   /** SIGTERM: a graceful shutdown. */
   stop(): Promise<void>;
@@ -25,14 +28,26 @@ export interface RunningServer {
   kill(): Promise<void>;
 }
 
-/** Starts `tsx src/cli/main.ts serve` and resolves once /healthz answers. */
-export const startServer = async (env: Record<string, string>): Promise<RunningServer> => {
+/**
+ * Starts casebook's server and resolves once /healthz answers: `node --import tsx src/cli/main.ts
+ * serve` (the source), or with `npmStart` the README's own command, `npm start` (which compiles
+ * into dist/ and runs `node dist/cli/main.js serve`). The server runs in its own process group, so
+ * `kill` ends npm and the server together.
+ */
+export const startServer = async (
+  env: Record<string, string>,
+  options: { npmStart?: boolean } = {},
+): Promise<RunningServer> => {
   const port = await freePort();
   let output = '';
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
+  const [command, args] = options.npmStart
+    ? ['npm', ['start']]
+    : [process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve']];
+  const child: ChildProcess = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env, PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
   });
   child.stdout!.on('data', (d) => {
     output += d;
@@ -40,7 +55,8 @@ export const startServer = async (env: Record<string, string>): Promise<RunningS
   child.stderr!.on('data', (d) => {
     output += d;
   });
-  const deadline = Date.now() + 60_000;
+  // npm start compiles first (a few seconds, more on a loaded machine).
+  const deadline = Date.now() + (options.npmStart ? 120_000 : 60_000);
   for (;;) {
     if (child.exitCode !== null) throw new Error(`server exited: ${output}`);
     try {
@@ -49,7 +65,7 @@ export const startServer = async (env: Record<string, string>): Promise<RunningS
       // not listening yet
     }
     if (Date.now() > deadline) {
-      child.kill('SIGKILL');
+      process.kill(-child.pid!, 'SIGKILL');
       throw new Error(`server did not start: ${output}`);
     }
     await new Promise((r) => setTimeout(r, 100));
@@ -57,10 +73,32 @@ export const startServer = async (env: Record<string, string>): Promise<RunningS
   const exited = once(child, 'exit');
   const signal = async (name: 'SIGTERM' | 'SIGKILL') => {
     if (child.exitCode !== null || child.signalCode !== null) return;
-    child.kill(name);
+    // SIGTERM to npm reaches the server (the start script execs node); SIGKILL goes to the group.
+    if (name === 'SIGKILL') process.kill(-child.pid!, name);
+    else child.kill(name);
     await exited;
   };
-  return { port, output: () => output, stop: () => signal('SIGTERM'), kill: () => signal('SIGKILL') };
+  const commandLines = () =>
+    readdirSync('/proc')
+      .filter((entry) => /^\d+$/.test(entry))
+      .flatMap((entry) => {
+        try {
+          const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+          const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+          // field 3 is the process group: the server's group is the child's pid (detached)
+          if (Number(fields[2]) !== child.pid) return [];
+          return [readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').trim()];
+        } catch {
+          return []; // gone meanwhile
+        }
+      });
+  return {
+    port,
+    commandLines,
+    output: () => output,
+    stop: () => signal('SIGTERM'),
+    kill: () => signal('SIGKILL'),
+  };
 };
 
 /** Runs the casebook CLI; resolves with stdout, rejects with stderr on a non-zero exit. */
