@@ -57,10 +57,10 @@ for (const leg of legs) {
       const { env, dispose } = await leg.setup();
       try {
         const server = await startServer(env, { npmStart: leg.npmStart === true });
-        if (leg.npmStart)
-          expect(server.commandLines()).to.include.members(['npm start', 'node dist/cli/main.js serve']);
         let sessionId: string;
         try {
+          if (leg.npmStart)
+            expect(server.commandLines()).to.include.members(['npm start', 'node dist/cli/main.js serve']);
           const secret = /export CASEBOOK_CLIENT_SECRET=(\S+)/.exec(server.output())?.[1];
           expect(secret, server.output()).to.be.a('string');
           expect(server.output()).to.include('export CASEBOOK_CLIENT_ID=demo-ehr');
@@ -129,6 +129,10 @@ for (const leg of legs) {
           );
         } finally {
           await server.stop();
+          // npm's SIGTERM reached the server (the start script execs node): nothing is left running.
+          const left = server.commandLines();
+          if (left.length > 0) await server.kill();
+          expect(left).to.deep.equal([]);
         }
         const exported = (await cli(['events', 'export', '--stream', `session-${sessionId}`], env))
           .trim()

@@ -72,10 +72,17 @@ export const startServer = async (
   }
   const exited = once(child, 'exit');
   const signal = async (name: 'SIGTERM' | 'SIGKILL') => {
+    if (name === 'SIGKILL') {
+      // The whole group, even when npm has exited: nothing of the server may outlive a kill.
+      try {
+        process.kill(-child.pid!, name);
+      } catch {
+        // no process left in the group
+      }
+    }
     if (child.exitCode !== null || child.signalCode !== null) return;
-    // SIGTERM to npm reaches the server (the start script execs node); SIGKILL goes to the group.
-    if (name === 'SIGKILL') process.kill(-child.pid!, name);
-    else child.kill(name);
+    // SIGTERM to npm reaches the server (the start script execs node).
+    if (name === 'SIGTERM') child.kill(name);
     await exited;
   };
   const commandLines = () =>
