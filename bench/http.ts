@@ -220,17 +220,34 @@ const benchCasebook = async (
       headers: FHIR_JSON,
       next: () => ({ path: '/fhir/r5/Patient', body: patientBody() }),
     };
-    const { measured: post20, rawRps: rawInsert } = await paired(raw, raw.insert, child.pid, () =>
-      run(base, create, child.pid),
-    );
-    rows.push({
-      system,
-      request: 'POST /Patient',
-      connections: CONNECTIONS,
-      measured: post20,
-      ratio: { value: post20.rps / rawInsert, against: 'raw INSERT', target: TARGETS.post },
-      pairedRaw: rawInsert,
+    /**
+     * Measures `shape` on casebook paired with the raw shape it is compared to (`against`), and
+     * records the row with its ratio to their mean.
+     */
+    const pairedRow = async (
+      request: string,
+      shape: Shape,
+      against: 'raw INSERT' | 'raw SELECT',
+      target: number,
+    ): Promise<Measured> => {
+      const rawShape = against === 'raw INSERT' ? raw.insert : raw.select;
+      const { measured, rawRps } = await paired(raw, rawShape, child.pid, () => run(base, shape, child.pid));
+      rows.push({
+        system,
+        request,
+        connections: CONNECTIONS,
+        measured,
+        ratio: { value: measured.rps / rawRps, against, target },
+        pairedRaw: rawRps,
+      });
+      return measured;
+    };
+    const read = (path: () => string): Shape => ({
+      method: 'GET',
+      headers: { authorization: AUTH },
+      next: () => ({ path: path() }),
     });
+    const post20 = await pairedRow('POST /Patient', create, 'raw INSERT', TARGETS.post);
     const post1 = await run(base, create, child.pid, 1);
     rows.push({
       system,
@@ -239,77 +256,42 @@ const benchCasebook = async (
       measured: post1,
       ratio: { value: post20.rps / post1.rps, against: '20 conn ÷ 1 conn', target: TARGETS.scaling },
     });
-    const { measured: byId, rawRps: rawSelect } = await paired(raw, raw.select, child.pid, () =>
-      run(
-        base,
-        {
-          method: 'GET',
-          headers: { authorization: AUTH },
-          next: () => ({ path: `/fhir/r5/Patient/${pick(patients).id}` }),
-        },
-        child.pid,
-      ),
+    await pairedRow(
+      'GET /Patient/{id}',
+      read(() => `/fhir/r5/Patient/${pick(patients).id}`),
+      'raw SELECT',
+      TARGETS.getId,
     );
-    rows.push({
-      system,
-      request: 'GET /Patient/{id}',
-      connections: CONNECTIONS,
-      measured: byId,
-      ratio: { value: byId.rps / rawSelect, against: 'raw SELECT', target: TARGETS.getId },
-      pairedRaw: rawSelect,
-    });
-    const { measured: byIdentifier, rawRps: rawSelect2 } = await paired(raw, raw.select, child.pid, () =>
-      run(
-        base,
-        {
-          method: 'GET',
-          headers: { authorization: AUTH },
-          next: () => ({
-            path: `/fhir/r5/Patient?identifier=${encodeURIComponent(`${SYSTEM}|${pick(patients).identifier}`)}`,
+    await pairedRow(
+      'GET /Patient?identifier=',
+      read(
+        () => `/fhir/r5/Patient?identifier=${encodeURIComponent(`${SYSTEM}|${pick(patients).identifier}`)}`,
+      ),
+      'raw SELECT',
+      TARGETS.getIdentifier,
+    );
+    await pairedRow(
+      'POST /auth/sessions (find)',
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: AUTH },
+        next: () => ({
+          path: '/auth/sessions',
+          body: JSON.stringify({
+            user: Number(practitioner),
+            fhirContext: [
+              {
+                type: 'Patient',
+                identifier: { system: SYSTEM, value: pick(patients).identifier },
+                role: 'https://casebook.dev/fhir/role/find',
+              },
+            ],
           }),
-        },
-        child.pid,
-      ),
+        }),
+      },
+      'raw INSERT',
+      TARGETS.session,
     );
-    rows.push({
-      system,
-      request: 'GET /Patient?identifier=',
-      connections: CONNECTIONS,
-      measured: byIdentifier,
-      ratio: { value: byIdentifier.rps / rawSelect2, against: 'raw SELECT', target: TARGETS.getIdentifier },
-      pairedRaw: rawSelect2,
-    });
-    const { measured: sessions, rawRps: rawInsert2 } = await paired(raw, raw.insert, child.pid, () =>
-      run(
-        base,
-        {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: AUTH },
-          next: () => ({
-            path: '/auth/sessions',
-            body: JSON.stringify({
-              user: Number(practitioner),
-              fhirContext: [
-                {
-                  type: 'Patient',
-                  identifier: { system: SYSTEM, value: pick(patients).identifier },
-                  role: 'https://casebook.dev/fhir/role/find',
-                },
-              ],
-            }),
-          }),
-        },
-        child.pid,
-      ),
-    );
-    rows.push({
-      system,
-      request: 'POST /auth/sessions (find)',
-      connections: CONNECTIONS,
-      measured: sessions,
-      ratio: { value: sessions.rps / rawInsert2, against: 'raw INSERT', target: TARGETS.session },
-      pairedRaw: rawInsert2,
-    });
     await also?.(
       { base, pid: child.pid },
       patients.map((p) => p.id),

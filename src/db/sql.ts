@@ -97,7 +97,6 @@ class PgClientSql implements Sql {
 /** `name` as a double-quoted SQL identifier (node-postgres' escaping; PGlite parses the same SQL). */
 export const quoteIdentifier = (name: string): string => pg.escapeIdentifier(name);
 
-/** node-postgres pool. `searchPath` isolates a schema (used by tests). */
 /**
  * Creates or replaces the PL/pgSQL function `name` (in the current schema) from `definition`, the
  * whole `CREATE OR REPLACE FUNCTION` statement, unless the function already holds this exact
@@ -126,6 +125,7 @@ export const defineFunction = async (sql: Sql, name: string, definition: string)
   });
 };
 
+/** node-postgres pool. `searchPath` isolates a schema (used by tests). */
 export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;
   readonly inTransaction = false;

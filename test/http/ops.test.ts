@@ -8,6 +8,7 @@ import { v4 as uuid } from 'uuid';
 import { type NewEvent, UnstorableEvent } from '../../src/eventstore/port.js';
 import { GENERAL, seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
+import { testEvent } from '../support/events.js';
 import { FHIR_JSON, fhir } from '../support/fhir.js';
 
 for (const database of testDatabases) {
@@ -65,6 +66,13 @@ for (const database of testDatabases) {
       );
       // Never the raw path: no ids in the labels.
       expect(text).to.not.include(`/Patient/${created.body.id}`);
+      // Latency by route and status (issue 11 "Operations"): one GET by id answered 200.
+      expect(text).to.match(
+        /casebook_http_request_duration_seconds_count\{method="GET",route="\/fhir\/r5\/:type\/:id",status="200"\} 1\n/,
+      );
+      expect(text).to.match(
+        /casebook_http_request_duration_seconds_bucket\{le="\+Inf",method="GET",route="\/fhir\/r5\/:type\/:id",status="200"\} 1\n/,
+      );
       expect(text).to.match(/casebook_appends_total \d+/);
       expect(text).to.match(/casebook_projection_status\{projection="resources",status="live"\} 1/);
       expect(text).to.match(/casebook_projection_lag_events\{projection="resources"\} 0/);
@@ -82,19 +90,7 @@ for (const database of testDatabases) {
       expect(res.status).to.equal(200);
     });
 
-    const event = (data: unknown): NewEvent => ({
-      id: uuid(),
-      type: 'PatientRegistered',
-      data,
-      metadata: {
-        tenantId: 1,
-        actor: { type: 'system', id: 'test' },
-        correlationId: uuid(),
-        causationId: null,
-        requestId: null,
-        recordedAt: '2026-03-01T10:00:00.000Z',
-      },
-    });
+    const event = (data: unknown): NewEvent => testEvent('PatientRegistered', data);
 
     it('refuses to store an event whose data holds a NUL, writes nothing and keeps answering', async () => {
       app = await startTestApp(database);

@@ -21,6 +21,7 @@ import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/runner.js';
 import { sessionsProjection } from '../../src/projections/sessions.js';
 import { testDatabases } from '../support/databases.js';
+import { testEvent } from '../support/events.js';
 
 const logger = pino({ level: 'silent' });
 const NOW = '2026-03-01T10:00:00.000Z';
@@ -72,19 +73,13 @@ for (const db of testDatabases) {
     };
 
     /** A Patient's registration as a command would record it, appended straight to the store by tests. */
-    const registered = (id: number, value = `p${id}`): NewEvent => ({
-      id: uuid(),
-      type: 'PatientRegistered',
-      data: { id, tenantId: 1, resource: { identifier: [{ system: 'urn:x', value }] }, at: NOW },
-      metadata: {
+    const registered = (id: number, value = `p${id}`): NewEvent =>
+      testEvent('PatientRegistered', {
+        id,
         tenantId: 1,
-        actor: { type: 'system', id: 'test' },
-        correlationId: uuid(),
-        causationId: null,
-        requestId: null,
-        recordedAt: NOW,
-      },
-    });
+        resource: { identifier: [{ system: 'urn:x', value }] },
+        at: NOW,
+      });
 
     const createPatient = async (
       ctx: CommandContext,
@@ -428,19 +423,8 @@ for (const db of testDatabases) {
 
     it('refuses too an append to a new stream that no inline projection needs (the plain statement)', async () => {
       const { store, sql } = await open();
-      const event = (): NewEvent => ({
-        id: uuid(),
-        type: 'UnprojectedNoteRecorded',
-        data: { note: 1 },
-        metadata: {
-          tenantId: 1,
-          actor: { type: 'system', id: 'inline-test' },
-          correlationId: uuid(),
-          causationId: null,
-          requestId: null,
-          recordedAt: NOW,
-        },
-      });
+      const event = (): NewEvent =>
+        testEvent('UnprojectedNoteRecorded', { note: 1 }, { actorId: 'inline-test' });
       // Accepted while every live projection is known…
       const first = `note-${uuid()}`;
       expect((await store.append(first, [event()], 'no_stream')).nextRevision).to.equal(0n);
