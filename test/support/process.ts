@@ -84,8 +84,12 @@ export const startServer = async (
     // SIGTERM to npm reaches the server (the start script execs node).
     if (name === 'SIGTERM') child.kill(name);
     await exited;
+    // npm may exit before the server it started has finished shutting down: wait for the group.
+    const deadline = Date.now() + 15_000;
+    while (commandLines().length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   };
-  const commandLines = () =>
+  /** The command lines of the group's live processes (a zombie has exited: it is not listed). */
+  const commandLines = (): string[] =>
     readdirSync('/proc')
       .filter((entry) => /^\d+$/.test(entry))
       .flatMap((entry) => {
@@ -94,6 +98,9 @@ export const startServer = async (
           const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
           // field 3 is the process group: the server's group is the child's pid (detached)
           if (Number(fields[2]) !== child.pid) return [];
+          // field 1 is the state: Z (zombie) or X (dead) has exited and waits to be reaped; an
+          // orphan's reaper is PID 1, which in a container may be slow to do it
+          if (fields[0] === 'Z' || fields[0] === 'X') return [];
           return [readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').trim()];
         } catch {
           return []; // gone meanwhile
