@@ -111,7 +111,9 @@ inserted AS (
     last_updated = EXCLUDED.last_updated, deleted = EXCLUDED.deleted, patient_id = EXCLUDED.patient_id,
     encounter_id = EXCLUDED.encounter_id
     WHERE rm_resources.version_id < EXCLUDED.version_id
-  RETURNING resource_type, id, tenant_id),
+  -- xmax is 0 on a row this statement inserted, and set on one it updated instead (a creation
+  -- delivered again): only an updated row can hold identifiers that must go.
+  RETURNING resource_type, id, tenant_id, xmax <> 0 AS replaced),
 updated AS (
   UPDATE rm_resources r SET version_id = i.version_id, content = coalesce(i.content, r.content),
     last_updated = i.last_updated, deleted = i.deleted,
@@ -119,7 +121,7 @@ updated AS (
     encounter_id = CASE WHEN i.content IS NULL THEN r.encounter_id ELSE i.encounter_id END
   FROM input i
   WHERE NOT i.created AND r.resource_type = i.resource_type AND r.id = i.id AND r.version_id < i.version_id
-  RETURNING r.resource_type, r.id, r.tenant_id),
+  RETURNING r.resource_type, r.id, r.tenant_id, true AS replaced),
 written AS (SELECT * FROM inserted UNION ALL SELECT * FROM updated),
 wanted AS (
   SELECT w.resource_type, w.id, w.tenant_id, s.system, s.value
@@ -127,7 +129,7 @@ wanted AS (
          json_to_recordset(i.identifiers) AS s(system text, value text)),
 removed AS (
   DELETE FROM rm_resource_identifiers d USING written w
-   WHERE d.resource_type = w.resource_type AND d.id = w.id
+   WHERE w.replaced AND d.resource_type = w.resource_type AND d.id = w.id
      AND NOT EXISTS (SELECT 1 FROM wanted n WHERE n.resource_type = d.resource_type AND n.id = d.id
                        AND n.tenant_id = d.tenant_id AND n.system = d.system AND n.value = d.value)),
 added AS (

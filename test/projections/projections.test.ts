@@ -1302,6 +1302,24 @@ for (const db of testDatabases) {
 
         expect(await rowsOf('Patient', id)).to.deep.equal(newest);
       });
+
+      it('drops the identifiers of the stored version when a batch folds the creation delivered again with an update', async () => {
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated({ identifier: [KVID] }, '2025-03-04T09:30:00.000Z'),
+        ]);
+        await applyInOrder(events[0]!);
+        expect((await rowsOf('Patient', id)).identifiers).to.deep.equal([
+          identifierRow('Patient', 1, MRN, id),
+        ]);
+
+        // One batch: the creation again and the update, folded into one row that is still a creation.
+        await h.sql.transaction((tx) => resourcesProjection.apply(events, tx, 'catch-up'));
+
+        const after = await rowsOf('Patient', id);
+        expect(after.resources.map((r) => r.version_id)).to.deep.equal([2]);
+        expect(after.identifiers).to.deep.equal([identifierRow('Patient', 1, KVID, id)]);
+      });
     });
   });
 }
