@@ -92,9 +92,20 @@ const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
 // inserted (or update an older row), other changes update rows below their version; identifiers
 // follow every row written. The DELETE and INSERT of identifiers never touch the same row, so they
 // are safe in one statement.
+// Two functions with this body. rm_resources_apply, for a small batch (an append's, a follower's),
+// runs with enable_seqscan = off: the planner counts json_to_recordset as 100 rows, so against a
+// table of a few thousand rows it joined the batch by a sequential scan of rm_resources or
+// rm_resource_identifiers (an update at 8,000 Patients: 1.6 ms instead of 80 us); the batch reaches
+// its rows by their keys. rm_resources_apply_bulk, for a rebuild's pages of thousands of rows (and
+// no secondary index until its end), leaves the plan to the planner: there, one scan beats
+// thousands of index probes (a replay of 200,000 events ran ~30 % slower with the keyed plan).
 const APPLY_FUNCTION = 'rm_resources_apply';
-const APPLY_DEFINITION = `
-CREATE OR REPLACE FUNCTION ${APPLY_FUNCTION}(batch json) RETURNS integer LANGUAGE plpgsql AS $fn$
+const BULK_APPLY_FUNCTION = 'rm_resources_apply_bulk';
+/** Rows a batch may hold to be applied by {@link APPLY_FUNCTION}; a larger one goes to the bulk one. */
+const KEYED_BATCH_MAX = 100;
+const applyDefinition = (name: string, keyed: boolean) => `
+CREATE OR REPLACE FUNCTION ${name}(batch json) RETURNS integer LANGUAGE plpgsql
+  ${keyed ? 'SET enable_seqscan = off ' : ''}AS $fn$
 DECLARE
   n integer;
 BEGIN
@@ -174,7 +185,8 @@ export const resourcesProjection: Projection = {
       PRIMARY KEY (resource_type, tenant_id, system, value, id)
     );
     CREATE INDEX IF NOT EXISTS rm_resource_identifiers_resource ON rm_resource_identifiers (resource_type, id);`);
-    await defineFunction(sql, APPLY_FUNCTION, APPLY_DEFINITION);
+    await defineFunction(sql, APPLY_FUNCTION, applyDefinition(APPLY_FUNCTION, true));
+    await defineFunction(sql, BULK_APPLY_FUNCTION, applyDefinition(BULK_APPLY_FUNCTION, false));
   },
   handles: (type) => RESOURCE_EVENT_TYPES.has(type),
   inline: {
@@ -187,7 +199,8 @@ export const resourcesProjection: Projection = {
   apply: async (events, tx, mode) => {
     const rows = foldBatch(events);
     if (rows.length === 0) return;
-    await tx.query(`SELECT ${APPLY_FUNCTION}($1::json)`, [rowsParam(rows)]);
+    const apply = rows.length > KEYED_BATCH_MAX ? BULK_APPLY_FUNCTION : APPLY_FUNCTION;
+    await tx.query(`SELECT ${apply}($1::json)`, [rowsParam(rows)]);
     if (mode === 'catch-up') {
       const highest = new Map<ResourceType, number>();
       for (const row of rows)

@@ -1303,6 +1303,51 @@ for (const db of testDatabases) {
         expect(await rowsOf('Patient', id)).to.deep.equal(newest);
       });
 
+      it('reaches the rows a batch writes by their keys, not by scanning tables whose statistics lag behind', async () => {
+        // Statistics taken while the tables were nearly empty, then thousands of rows: the state a
+        // growing deployment is in between two ANALYZE runs.
+        await h.sql.exec('ANALYZE rm_resources; ANALYZE rm_resource_identifiers');
+        await h.sql.exec(`
+          INSERT INTO rm_resources (resource_type, id, tenant_id, version_id, content, last_updated, deleted, patient_id)
+          SELECT 'Patient', g, 1, 1, json_build_object('resourceType', 'Patient'), now(), false, g
+            FROM generate_series(900001, 905000) g;
+          INSERT INTO rm_resource_identifiers (resource_type, tenant_id, system, value, id)
+          SELECT 'Patient', 1, 'urn:bulk', g::text, g FROM generate_series(900001, 905000) g`);
+        const { id, events } = await writeHistory('Patient', [
+          created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
+          updated({ identifier: [KVID] }, '2025-03-04T09:30:00.000Z'),
+        ]);
+        /**
+         * Sequential scans of the two tables while `event` is applied: this backend's counts not
+         * yet flushed to the statistics (pg_stat_xact_user_tables), before and after.
+         */
+        const scansApplying = (event: RecordedEvent) =>
+          h.sql.transaction(async (tx) => {
+            const counts = async () =>
+              (
+                await tx.query<{ relname: string; seq_scan: string }>(
+                  `SELECT relname, seq_scan::text FROM pg_stat_xact_user_tables
+                    WHERE schemaname = current_schema() AND relname IN ('rm_resources', 'rm_resource_identifiers')
+                    ORDER BY relname`,
+                )
+              ).map((r) => [r.relname, Number(r.seq_scan)] as const);
+            const before = new Map(await counts());
+            await resourcesProjection.apply([event], tx, 'catch-up');
+            return (await counts()).map(([relname, n]) => ({
+              relname,
+              seqScans: n - (before.get(relname) ?? 0),
+            }));
+          });
+        for (const event of events)
+          expect(await scansApplying(event), event.type).to.deep.equal([
+            { relname: 'rm_resource_identifiers', seqScans: 0 },
+            { relname: 'rm_resources', seqScans: 0 },
+          ]);
+        expect((await rowsOf('Patient', id)).identifiers).to.deep.equal([
+          identifierRow('Patient', 1, KVID, id),
+        ]);
+      });
+
       it('drops the identifiers of the stored version when a batch folds the creation delivered again with an update', async () => {
         const { id, events } = await writeHistory('Patient', [
           created({ identifier: [MRN] }, '2025-03-04T09:00:00.000Z'),
