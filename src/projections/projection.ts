@@ -1,4 +1,4 @@
-import type { Sql } from '../db/sql.js';
+import { defineFunction, type Sql } from '../db/sql.js';
 import type { PendingEvent, RecordedEvent } from '../eventstore/port.js';
 
 /**
@@ -56,3 +56,29 @@ export interface Projection {
 
 /** `json_to_recordset` input: the rows as one JSON parameter (one round trip for any number of rows). */
 export const rowsParam = (rows: readonly object[]): string => JSON.stringify(rows);
+
+/** Rows a batch may hold to be applied by a read model's keyed function ({@link defineApplyFunctions}). */
+const KEYED_BATCH_MAX = 100;
+
+/**
+ * Creates a read model's apply function in two forms with one body (docs/architecture.md "Event
+ * store", "A small batch reaches its rows by key"): `name`, which runs with `enable_seqscan = off`
+ * so that a small batch (an append's, a follower's) reaches its rows by key although the planner
+ * counts `json_to_recordset` as 100 rows, and `name_bulk`, which leaves the plan to the planner for
+ * a rebuild's pages of thousands of rows (where one scan beats thousands of index probes).
+ * @param definition the `CREATE OR REPLACE FUNCTION` statement of a function called `fn`, with
+ *   `settings` placed just before its `AS $fn$` (see {@link defineFunction}).
+ * @throws what creating either function throws.
+ */
+export const defineApplyFunctions = async (
+  sql: Sql,
+  name: string,
+  definition: (fn: string, settings: string) => string,
+): Promise<void> => {
+  await defineFunction(sql, name, definition(name, 'SET enable_seqscan = off'));
+  await defineFunction(sql, `${name}_bulk`, definition(`${name}_bulk`, ''));
+};
+
+/** The function of {@link defineApplyFunctions} that applies a batch of `rows` rows. */
+export const applyFunctionFor = (name: string, rows: number): string =>
+  rows > KEYED_BATCH_MAX ? `${name}_bulk` : name;

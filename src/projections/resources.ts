@@ -5,12 +5,12 @@
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
 import { bumpSequence } from '../db/sequences.js';
-import { defineFunction, type Sql } from '../db/sql.js';
+import type { Sql } from '../db/sql.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
 import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
-import { type Projection, rowsParam } from './projection.js';
+import { applyFunctionFor, defineApplyFunctions, type Projection, rowsParam } from './projection.js';
 
 /** The state of one resource after a batch, written with one statement for the whole batch. */
 interface ResourceRowChange {
@@ -92,20 +92,15 @@ const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
 // inserted (or update an older row), other changes update rows below their version; identifiers
 // follow every row written. The DELETE and INSERT of identifiers never touch the same row, so they
 // are safe in one statement.
-// Two functions with this body. rm_resources_apply, for a small batch (an append's, a follower's),
-// runs with enable_seqscan = off: the planner counts json_to_recordset as 100 rows, so against a
-// table of a few thousand rows it joined the batch by a sequential scan of rm_resources or
-// rm_resource_identifiers (an update at 8,000 Patients: 1.6 ms instead of 80 us); the batch reaches
-// its rows by their keys. rm_resources_apply_bulk, for a rebuild's pages of thousands of rows (and
-// no secondary index until its end), leaves the plan to the planner: there, one scan beats
-// thousands of index probes (a replay of 200,000 events ran ~30 % slower with the keyed plan).
+// Two functions with this body (defineApplyFunctions): rm_resources_apply, for a small batch, reaches
+// its rows by their keys; the planner counts json_to_recordset as 100 rows and, against a table of
+// a few thousand rows, joined the batch by a sequential scan of rm_resources or
+// rm_resource_identifiers (an update at 8,000 Patients: 1.6 ms instead of 80 us).
+// rm_resources_apply_bulk takes a rebuild's pages (a replay ran ~30 % slower with the keyed plan).
 const APPLY_FUNCTION = 'rm_resources_apply';
-const BULK_APPLY_FUNCTION = 'rm_resources_apply_bulk';
-/** Rows a batch may hold to be applied by {@link APPLY_FUNCTION}; a larger one goes to the bulk one. */
-const KEYED_BATCH_MAX = 100;
-const applyDefinition = (name: string, keyed: boolean) => `
-CREATE OR REPLACE FUNCTION ${name}(batch json) RETURNS integer LANGUAGE plpgsql
-  ${keyed ? 'SET enable_seqscan = off ' : ''}AS $fn$
+const applyDefinition = (fn: string, settings: string) => `
+CREATE OR REPLACE FUNCTION ${fn}(batch json) RETURNS integer LANGUAGE plpgsql
+  ${settings} AS $fn$
 DECLARE
   n integer;
 BEGIN
@@ -185,8 +180,7 @@ export const resourcesProjection: Projection = {
       PRIMARY KEY (resource_type, tenant_id, system, value, id)
     );
     CREATE INDEX IF NOT EXISTS rm_resource_identifiers_resource ON rm_resource_identifiers (resource_type, id);`);
-    await defineFunction(sql, APPLY_FUNCTION, applyDefinition(APPLY_FUNCTION, true));
-    await defineFunction(sql, BULK_APPLY_FUNCTION, applyDefinition(BULK_APPLY_FUNCTION, false));
+    await defineApplyFunctions(sql, APPLY_FUNCTION, applyDefinition);
   },
   handles: (type) => RESOURCE_EVENT_TYPES.has(type),
   inline: {
@@ -199,8 +193,7 @@ export const resourcesProjection: Projection = {
   apply: async (events, tx, mode) => {
     const rows = foldBatch(events);
     if (rows.length === 0) return;
-    const apply = rows.length > KEYED_BATCH_MAX ? BULK_APPLY_FUNCTION : APPLY_FUNCTION;
-    await tx.query(`SELECT ${apply}($1::json)`, [rowsParam(rows)]);
+    await tx.query(`SELECT ${applyFunctionFor(APPLY_FUNCTION, rows.length)}($1::json)`, [rowsParam(rows)]);
     if (mode === 'catch-up') {
       const highest = new Map<ResourceType, number>();
       for (const row of rows)

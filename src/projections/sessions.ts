@@ -1,10 +1,10 @@
 /** Read model of sessions (docs/interface.md §2.4): `rm_sessions`, looked up by id and by cookie hash. */
 
 import { bumpSequence } from '../db/sequences.js';
-import { defineFunction, type Sql } from '../db/sql.js';
+import type { Sql } from '../db/sql.js';
 import type { SessionCreatedData, SessionEvent } from '../domain/session/session.js';
 import type { PendingEvent } from '../eventstore/port.js';
-import { type Projection, rowsParam } from './projection.js';
+import { applyFunctionFor, defineApplyFunctions, type Projection, rowsParam } from './projection.js';
 
 /** The state of one session after a batch. */
 interface SessionRowChange {
@@ -65,16 +65,13 @@ const SESSION_EVENTS = new Set(['SessionCreated', 'SessionHandedOver', 'SessionE
 
 // Creations are inserted (or update an older row); other changes update rows below their revision.
 // A function, so that an append can run it in its own statement (Projection.inline).
-// Two functions with this body, as rm_resources_apply: a small batch with enable_seqscan = off
-// reaches its rows by key, not by the scan of rm_sessions the planner prefers while it takes the
-// batch for 100 rows; a rebuild's large pages leave the plan to the planner.
+// Two functions with this body (defineApplyFunctions), as rm_resources_apply: a small batch reaches
+// its rows by key, not by the scan of rm_sessions the planner prefers while it takes the batch for
+// 100 rows; a rebuild's large pages go to rm_sessions_apply_bulk.
 const APPLY_FUNCTION = 'rm_sessions_apply';
-const BULK_APPLY_FUNCTION = 'rm_sessions_apply_bulk';
-/** Rows a batch may hold to be applied by {@link APPLY_FUNCTION}; a larger one goes to the bulk one. */
-const KEYED_BATCH_MAX = 100;
-const applyDefinition = (name: string, keyed: boolean) => `
-CREATE OR REPLACE FUNCTION ${name}(batch json) RETURNS void LANGUAGE plpgsql
-  ${keyed ? 'SET enable_seqscan = off ' : ''}AS $fn$
+const applyDefinition = (fn: string, settings: string) => `
+CREATE OR REPLACE FUNCTION ${fn}(batch json) RETURNS void LANGUAGE plpgsql
+  ${settings} AS $fn$
 BEGIN
 WITH input AS (
   SELECT x.*, (x.created->>'tenantId')::int AS tenant_id FROM json_to_recordset(batch)
@@ -120,8 +117,7 @@ export const sessionsProjection: Projection = {
       revision integer NOT NULL DEFAULT 0
     );
     CREATE INDEX IF NOT EXISTS rm_sessions_tenant ON rm_sessions (tenant_id);`);
-    await defineFunction(sql, APPLY_FUNCTION, applyDefinition(APPLY_FUNCTION, true));
-    await defineFunction(sql, BULK_APPLY_FUNCTION, applyDefinition(BULK_APPLY_FUNCTION, false));
+    await defineApplyFunctions(sql, APPLY_FUNCTION, applyDefinition);
   },
   handles: (type) => SESSION_EVENTS.has(type),
   inline: {
@@ -134,8 +130,7 @@ export const sessionsProjection: Projection = {
   apply: async (events, tx, mode) => {
     const rows = foldSessions(events);
     if (rows.length === 0) return;
-    const apply = rows.length > KEYED_BATCH_MAX ? BULK_APPLY_FUNCTION : APPLY_FUNCTION;
-    await tx.query(`SELECT ${apply}($1::json)`, [rowsParam(rows)]);
+    await tx.query(`SELECT ${applyFunctionFor(APPLY_FUNCTION, rows.length)}($1::json)`, [rowsParam(rows)]);
     if (mode === 'catch-up') {
       const highest = Math.max(0, ...rows.filter((r) => r.created).map((r) => r.id));
       if (highest > 0) await bumpSequence(tx, 'session', highest);
