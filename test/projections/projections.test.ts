@@ -49,6 +49,7 @@ import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
+import { testEvent } from '../support/events.js';
 
 const logger = pino({ level: 'silent' });
 
@@ -1346,6 +1347,49 @@ for (const db of testDatabases) {
         expect((await rowsOf('Patient', id)).identifiers).to.deep.equal([
           identifierRow('Patient', 1, KVID, id),
         ]);
+      });
+
+      it('applies a rebuild-sized batch (over 100 rows, the bulk function) as it applies a small one', async () => {
+        const ids = Array.from({ length: 150 }, (_, i) => 800_001 + i);
+        let position = 0n;
+        /** A recorded event of Patient `id`'s stream, at `revision`, as a rebuild reads it. */
+        const recorded = (type: string, id: number, revision: bigint, data: unknown): RecordedEvent => {
+          position += 1n;
+          return {
+            ...testEvent(type, data),
+            streamName: resourceStream('Patient', id),
+            revision,
+            position: { commit: position, prepare: position },
+          };
+        };
+        const identifier = (id: number, round: string) => ({
+          system: 'urn:bulk-test',
+          value: `${round}-${id}`,
+        });
+        const creations = ids.map((id) =>
+          recorded('PatientRegistered', id, 0n, {
+            id,
+            tenantId: 1,
+            resource: { identifier: [identifier(id, 'a')] },
+            at: '2025-03-04T09:00:00.000Z',
+          }),
+        );
+        const updates = ids.map((id) =>
+          recorded('PatientUpdated', id, 1n, {
+            id,
+            resource: { identifier: [identifier(id, 'b')] },
+            at: '2025-03-04T09:30:00.000Z',
+          }),
+        );
+        for (const batch of [creations, updates])
+          await h.sql.transaction((tx) => resourcesProjection.apply(batch, tx, 'catch-up'));
+
+        const rows = (await dump(h.sql, 'rm_resources')).filter((r) => ids.includes(Number(r.id)));
+        expect(rows.map((r) => [r.id, r.version_id])).to.deep.equal(ids.map((id) => [id, 2]));
+        const identifiers = (await dump(h.sql, 'rm_resource_identifiers')).filter((r) =>
+          ids.includes(Number(r.id)),
+        );
+        expect(identifiers.map((r) => r.value).sort()).to.deep.equal(ids.map((id) => `b-${id}`).sort());
       });
 
       it('drops the identifiers of the stored version when a batch folds the creation delivered again with an update', async () => {
