@@ -4,35 +4,16 @@
  * inline, one statement at a time, gives — whatever the batch boundaries. On PGlite and Postgres.
  */
 import { expect } from 'chai';
-import { v4 as uuid } from 'uuid';
 import type { Sql } from '../../src/db/sql.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { exportOutboxProjection } from '../../src/projections/export-outbox.js';
 import { testDatabases } from '../support/databases.js';
+import { testRecordedEvent } from '../support/events.js';
 
 const at = (minute: number) => `2026-03-01T10:${String(minute).padStart(2, '0')}:00.000Z`;
-let commit = 0n;
-
 /** A recorded event of `stream` at `revision`, positioned after every earlier one. */
-const recorded = (type: string, stream: string, revision: number, data: unknown): RecordedEvent => {
-  commit += 1n;
-  return {
-    id: uuid(),
-    type,
-    data,
-    streamName: stream,
-    revision: BigInt(revision),
-    position: { commit, prepare: commit },
-    metadata: {
-      tenantId: 1,
-      actor: { type: 'system', id: 'test' },
-      correlationId: 'c',
-      causationId: null,
-      requestId: null,
-      recordedAt: at(0),
-    },
-  };
-};
+const recorded = (type: string, stream: string, revision: number, data: unknown): RecordedEvent =>
+  testRecordedEvent(type, stream, revision, data, { recordedAt: at(0) });
 
 const response = (id: number, revision: number, type: string, status: string, minute: number) =>
   recorded(type, `QuestionnaireResponse-${id}`, revision, {

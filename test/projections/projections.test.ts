@@ -49,7 +49,7 @@ import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
-import { testEvent } from '../support/events.js';
+import { testRecordedEvent } from '../support/events.js';
 
 const logger = pino({ level: 'silent' });
 
@@ -1351,17 +1351,8 @@ for (const db of testDatabases) {
 
       it('applies a rebuild-sized batch (over 100 rows, the bulk function) as it applies a small one', async () => {
         const ids = Array.from({ length: 150 }, (_, i) => 800_001 + i);
-        let position = 0n;
-        /** A recorded event of Patient `id`'s stream, at `revision`, as a rebuild reads it. */
-        const recorded = (type: string, id: number, revision: bigint, data: unknown): RecordedEvent => {
-          position += 1n;
-          return {
-            ...testEvent(type, data),
-            streamName: resourceStream('Patient', id),
-            revision,
-            position: { commit: position, prepare: position },
-          };
-        };
+        const recorded = (type: string, id: number, revision: bigint, data: unknown): RecordedEvent =>
+          testRecordedEvent(type, resourceStream('Patient', id), revision, data);
         const identifier = (id: number, round: string) => ({
           system: 'urn:bulk-test',
           value: `${round}-${id}`,
