@@ -15,6 +15,12 @@ export interface Sql {
   readonly kind: 'postgres' | 'pglite';
   /** Whether this handle is inside a transaction (its statements commit with it). */
   readonly inTransaction: boolean;
+  /**
+   * Whether a statement on this handle may run on any connection, in any order with other callers'
+   * (a pool; PGlite's one connection): such statements may be batched together. False inside a
+   * transaction and on a held connection, which keep their own session.
+   */
+  readonly shared: boolean;
   /** Runs one parameterised statement ($1, $2 …) and returns its rows. */
   query<R extends Row = Row>(text: string, params?: readonly unknown[]): Promise<R[]>;
   /** Runs a script of several statements without parameters (migrations). */
@@ -62,6 +68,7 @@ const preparedQuery = (text: string, values: readonly unknown[]): pg.QueryConfig
 
 class PgClientSql implements Sql {
   readonly kind = 'postgres' as const;
+  readonly shared = false;
   constructor(
     private readonly client: pg.PoolClient,
     readonly inTransaction: boolean,
@@ -129,6 +136,7 @@ export const defineFunction = async (sql: Sql, name: string, definition: string)
 export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;
   readonly inTransaction = false;
+  readonly shared = true;
   readonly pool: pg.Pool;
   private readonly searchPath: string | undefined;
   constructor(
@@ -197,6 +205,7 @@ type PgliteTx = Parameters<Parameters<PGlite['transaction']>[0]>[0];
 class PgliteTxSql implements Sql {
   readonly kind = 'pglite' as const;
   readonly inTransaction = true;
+  readonly shared = false;
   constructor(private readonly tx: PgliteTx) {}
   async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
     const result = await this.tx.query<R>(text, [...params]);
@@ -231,6 +240,7 @@ const PGLITE_SHARED_BUFFERS = '16MB';
 export class PgliteSql implements Sql {
   readonly kind = 'pglite' as const;
   readonly inTransaction = false;
+  readonly shared = true;
   private constructor(readonly db: PGlite) {}
   /**
    * Opens PGlite in `dataDir` (in memory when undefined). A data directory without a cluster is

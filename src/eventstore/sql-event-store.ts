@@ -19,12 +19,12 @@
  * transaction, so the read models commit together with the events. When the hook can say its
  * work as calls of SQL functions, the append and those calls are one autocommit statement
  * (`es_append_inline`), and such appends made concurrently share statements and commits
- * ({@link GroupCommit}, `es_append_batch`). An append to a new stream that no inline projection
+ * ({@link Batcher}, `es_append_batch`). An append to a new stream that no inline projection
  * needs is one plain statement instead (APPEND_NEW_STREAM). docs/architecture.md "Event store".
  */
 import { Subject, type Subscription } from 'rxjs';
+import { Batcher } from '../db/batcher.js';
 import type { Sql } from '../db/sql.js';
-import { GroupCommit } from './group-commit.js';
 import {
   type AppendHook,
   AppendHookFailure,
@@ -469,7 +469,7 @@ export class SqlEventStore implements EventStore {
   private closed = false;
   private hook: AppendHook | undefined;
   /** Appends that run the inline projections in their own statement, group-committed. */
-  private readonly inlineAppends = new GroupCommit<InlineAppend, AppendReply>(
+  private readonly inlineAppends = new Batcher<InlineAppend, AppendReply>(
     (appends) => this.sendInlineAppends(appends),
     undefined,
     (a) => a.requests.length + a.data.length + a.calls.length,

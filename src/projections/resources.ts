@@ -4,6 +4,8 @@
  * project, author); `rm_resource_identifiers` serves search by identifier. `content` is `json`,
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
+
+import { Batcher } from '../db/batcher.js';
 import { bumpSequence } from '../db/sequences.js';
 import type { Sql } from '../db/sql.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
@@ -240,21 +242,78 @@ export const rowOf = (r: Record<string, unknown>): ResourceRow => ({
   author: (r.author as string | null) ?? null,
 });
 
-/** The resource `type/id` of `tenantId` (deleted ones too), or undefined — other tenants' read as missing. */
+/** The columns of a read: the content as text, answered as stored without parsing it again. */
+const READ_COLUMNS = `resource_type, id, tenant_id, version_id, content::text AS content_json, last_updated, deleted,
+            patient_id, encounter_id, project, author`;
+/** One resource by key. */
+const READ_ONE = `SELECT ${READ_COLUMNS} FROM rm_resources WHERE resource_type = $1 AND id = $2 AND tenant_id = $3`;
+/**
+ * Several resources by key, each row with the 1-based place `n` of its key. LATERAL with LIMIT 1
+ * keeps one primary-key lookup per key: as a plain join, the planner (which counts `unnest` as 100
+ * rows) may hash the whole table.
+ */
+const READ_MANY = `SELECT k.n::int AS n, r.* FROM unnest($1::text[], $2::int[], $3::int[]) WITH ORDINALITY AS k(t, i, tn, n)
+  CROSS JOIN LATERAL (SELECT ${READ_COLUMNS} FROM rm_resources
+                       WHERE resource_type = k.t AND id = k.i AND tenant_id = k.tn LIMIT 1) r`;
+/** Most reads one statement carries. */
+const READ_BATCH_MAX = 100;
+
+interface ReadKey {
+  readonly type: ResourceType;
+  readonly id: number;
+  readonly tenantId: number;
+}
+
+type Row = Record<string, unknown>;
+
+/** Runs the reads of `keys` in one statement; answers each key's row (undefined: none) in order. */
+const readRows = async (sql: Sql, keys: readonly ReadKey[]): Promise<(Row | undefined)[]> => {
+  if (keys.length === 1) {
+    const [key] = keys as [ReadKey];
+    return [(await sql.query(READ_ONE, [key.type, key.id, key.tenantId]))[0]];
+  }
+  const rows = await sql.query(READ_MANY, [
+    keys.map((k) => k.type),
+    keys.map((k) => k.id),
+    keys.map((k) => k.tenantId),
+  ]);
+  const byPlace: (Row | undefined)[] = new Array(keys.length);
+  for (const row of rows) byPlace[Number(row.n) - 1] = row;
+  return byPlace;
+};
+
+/** The read batcher of each pool (a transaction or a held connection reads on its own). */
+const readers = new WeakMap<Sql, Batcher<ReadKey, Row | undefined>>();
+
+/**
+ * Reads `key` on `sql`: through its {@link Batcher} when `sql` is shared (a pool, PGlite), so that
+ * concurrent reads share a statement; directly in a transaction or on a held connection, which must
+ * see its own writes.
+ */
+const readRow = (sql: Sql, key: ReadKey): Promise<Row | undefined> => {
+  if (!sql.shared) return readRows(sql, [key]).then(([row]) => row);
+  let reader = readers.get(sql);
+  if (!reader) {
+    reader = new Batcher((keys) => readRows(sql, keys), READ_BATCH_MAX);
+    readers.set(sql, reader);
+  }
+  return reader.submit(key);
+};
+
+/**
+ * The resource `type/id` of `tenantId` (deleted ones too), or undefined — other tenants' read as
+ * missing. Reads that arrive together on the pool share one statement (docs/architecture.md
+ * "Reads"): a read sent while another is in flight waits for it, so it sees every write committed
+ * before it was asked, as a read of its own would.
+ * @param id a resource id (docs/interface.md §2.1: 1 to 2,147,483,647).
+ */
 export const readResource = async (
   sql: Sql,
   type: ResourceType,
   id: number,
   tenantId: number,
 ): Promise<ResourceRow | undefined> => {
-  // The content as text: a read answers it as stored, without parsing and serialising it again.
-  const rows = await sql.query(
-    `SELECT resource_type, id, tenant_id, version_id, content::text AS content_json, last_updated, deleted,
-            patient_id, encounter_id, project, author
-       FROM rm_resources WHERE resource_type = $1 AND id = $2 AND tenant_id = $3`,
-    [type, id, tenantId],
-  );
-  const r = rows[0];
+  const r = await readRow(sql, { type, id, tenantId });
   if (!r) return undefined;
   const json = r.content_json as string;
   let parsed: Record<string, unknown> | undefined;

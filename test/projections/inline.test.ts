@@ -22,6 +22,7 @@ import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/ru
 import { sessionsProjection } from '../../src/projections/sessions.js';
 import { testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';
+import { recordingSql } from '../support/sql.js';
 
 const logger = pino({ level: 'silent' });
 const NOW = '2026-03-01T10:00:00.000Z';
@@ -142,34 +143,9 @@ for (const db of testDatabases) {
       expect((await state(sql, 'resources')).status).to.equal('live');
     });
 
-    /** `sql`, writing down in `statements` every statement and transaction sent through it. */
-    const recording =
-      (statements: string[]) =>
-      (sql: Sql): Sql => ({
-        kind: sql.kind,
-        get inTransaction() {
-          return sql.inTransaction;
-        },
-        query: (text, params) => {
-          statements.push(text);
-          return sql.query(text, params);
-        },
-        exec: (text) => {
-          statements.push(text);
-          return sql.exec(text);
-        },
-        transaction: (fn) => {
-          statements.push('BEGIN');
-          return sql.transaction((tx) => fn(recording(statements)(tx)));
-        },
-        withConnection: (fn) => sql.withConnection((conn) => fn(recording(statements)(conn))),
-        listen: (channel, onNotify) => sql.listen(channel, onNotify),
-        close: () => sql.close(),
-      });
-
     it('applies a live projection in the append statement itself: no BEGIN, no COMMIT, one round trip', async () => {
       const statements: string[] = [];
-      const { ctx, sql } = await open(allProjections, undefined, recording(statements));
+      const { ctx, sql } = await open(allProjections, undefined, recordingSql(statements));
       const id = await allocateId(sql, 'Patient');
       statements.length = 0;
       await execute(ctx, (uow) =>
@@ -198,7 +174,7 @@ for (const db of testDatabases) {
 
     it('group-commits concurrent creates: fewer statements than appends, each append its own answer', async () => {
       const statements: string[] = [];
-      const { sql, store } = await open(allProjections, undefined, recording(statements));
+      const { sql, store } = await open(allProjections, undefined, recordingSql(statements));
       const create = (id: number) =>
         store.append(resourceStream('Patient', id), [registered(id)], 'no_stream').then(
           () => 'created',

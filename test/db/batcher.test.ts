@@ -1,10 +1,10 @@
 /**
- * GroupCommit (docs/architecture.md "The write pipeline"): a lone item goes at once; items that
+ * Batcher (docs/architecture.md "The write pipeline"): a lone item goes at once; items that
  * arrive while a send is in flight go together next, in order; a batch that fails is resent item
  * by item, so each item gets its own answer.
  */
 import { expect } from 'chai';
-import { GroupCommit } from '../../src/eventstore/group-commit.js';
+import { Batcher } from '../../src/db/batcher.js';
 
 /** A send that records its batches, answers each item with its double, and waits for `release`. */
 const recorder = (refuse: (item: number) => boolean = () => false) => {
@@ -26,10 +26,10 @@ const recorder = (refuse: (item: number) => boolean = () => false) => {
   return { batches, send, hold, release: () => release() };
 };
 
-describe('GroupCommit', () => {
+describe('Batcher', () => {
   it('sends a lone item at once, alone', async () => {
     const r = recorder();
-    const group = new GroupCommit(r.send);
+    const group = new Batcher(r.send);
     expect(await group.submit(4)).to.equal(8);
     expect(r.batches).to.deep.equal([[4]]);
   });
@@ -37,7 +37,7 @@ describe('GroupCommit', () => {
   it('sends the items that arrived during a send together next, in order, each with its own output', async () => {
     const r = recorder();
     r.hold();
-    const group = new GroupCommit(r.send);
+    const group = new Batcher(r.send);
     const first = group.submit(1);
     const rest = [2, 3, 4, 5].map((i) => group.submit(i));
     r.release();
@@ -49,7 +49,7 @@ describe('GroupCommit', () => {
   it('resends a failed batch item by item: the refused item gets its error, the others their outputs', async () => {
     const r = recorder((item) => item === 3);
     r.hold();
-    const group = new GroupCommit(r.send);
+    const group = new Batcher(r.send);
     const first = group.submit(1);
     const rest = [2, 3, 4].map((i) => group.submit(i).catch((error: Error) => error.message));
     r.release();
@@ -62,7 +62,7 @@ describe('GroupCommit', () => {
   it('stops a batch before the item that would pass maxWeight; a heavier item goes alone', async () => {
     const r = recorder();
     r.hold();
-    const group = new GroupCommit(r.send, 64, (item: number) => item, 10);
+    const group = new Batcher(r.send, 64, (item: number) => item, 10);
     const all = [1, 4, 5, 2, 30, 3, 3].map((i) => group.submit(i));
     r.release();
     expect(await Promise.all(all)).to.deep.equal([2, 8, 10, 4, 60, 6, 6]);
@@ -72,7 +72,7 @@ describe('GroupCommit', () => {
   it('sends at most maxBatch items at a time', async () => {
     const r = recorder();
     r.hold();
-    const group = new GroupCommit(r.send, 3);
+    const group = new Batcher(r.send, 3);
     const all = [0, 1, 2, 3, 4, 5, 6, 7].map((i) => group.submit(i));
     r.release();
     expect(await Promise.all(all)).to.deep.equal([0, 2, 4, 6, 8, 10, 12, 14]);

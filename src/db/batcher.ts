@@ -1,8 +1,10 @@
 /**
- * Group commit of appends (docs/architecture.md "The write pipeline"): appends submitted while one
- * send is in flight wait for it and then go together, in one statement and one transaction, so that
- * under N concurrent writers one round trip and one WAL flush serve many of them. A writer alone
- * sends at once: nothing waits for company.
+ * Batches of concurrent requests to the database (docs/architecture.md "The write pipeline",
+ * "Reads"): items submitted while one send is in flight wait for it and then go together, in one
+ * statement, so that under N concurrent callers one round trip serves many of them. It is the
+ * group commit of appends (one statement, one transaction and one WAL flush for many writers) and
+ * the batching of point reads (one statement for many reads by key). An item alone is sent at
+ * once: nothing waits for company.
  */
 
 interface Waiting<I, O> {
@@ -22,7 +24,7 @@ const MAX_WEIGHT = 1 << 20;
  * items is sent again alone (all at once), and gets its own output or error. So an item's answer
  * never depends on the items it happened to travel with, only on the order in which items commit.
  */
-export class GroupCommit<I, O> {
+export class Batcher<I, O> {
   private readonly waiting: Waiting<I, O>[] = [];
   private inFlight = false;
 

@@ -1,0 +1,180 @@
+/**
+ * Batched reads by key (docs/architecture.md "Reads"): reads of resources that arrive together on
+ * a shared handle (the pool, PGlite) go in one statement, each with the answer it would have had
+ * alone — another tenant's resource stays missing, a deleted one stays deleted — and a read asked
+ * after a write sees it even while an earlier batch is in flight. In a transaction, reads go on
+ * their own. On PGlite and on a real Postgres server.
+ */
+import { expect } from 'chai';
+import { pino } from 'pino';
+import { v4 as uuid } from 'uuid';
+import type { CommandContext } from '../../src/commands/context.js';
+import { execute } from '../../src/commands/handler.js';
+import { allocateId, migrateSequences } from '../../src/db/sequences.js';
+import { type ResourceCommand, resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
+import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
+import { allProjections } from '../../src/projections/index.js';
+import { readResource } from '../../src/projections/resources.js';
+import { ProjectionRunner } from '../../src/projections/runner.js';
+import { testDatabases } from '../support/databases.js';
+import { recordingSql } from '../support/sql.js';
+
+const logger = pino({ level: 'silent' });
+const NOW = '2026-03-01T10:00:00.000Z';
+const isBatch = (text: string) => text.includes('unnest(');
+const isRead = (text: string) => text.includes('FROM rm_resources');
+
+for (const db of testDatabases) {
+  describe(`batched reads by key on ${db.name}`, function () {
+    this.timeout(60_000);
+    const cleanups: (() => Promise<void>)[] = [];
+    afterEach(async () => {
+      while (cleanups.length > 0) await cleanups.pop()!();
+    });
+
+    const open = async () => {
+      const opened = await db.open();
+      cleanups.push(() => opened.dispose());
+      const store = await SqlEventStore.open(opened.sql);
+      cleanups.push(() => store.close());
+      await migrateSequences(opened.sql);
+      const runner = new ProjectionRunner(store, opened.sql, allProjections, logger);
+      await runner.migrate();
+      await runner.catchUp();
+      cleanups.push(() => runner.stop());
+      const ctx = (tenantId: number): CommandContext => ({
+        store,
+        sql: opened.sql,
+        tenantId,
+        actor: { type: 'system', id: 'read-batch-test' },
+        correlationId: uuid(),
+        causationId: null,
+        requestId: null,
+        now: new Date(NOW),
+        afterAppend: async () => undefined,
+      });
+      /** Runs a resource command on Patient `id` of `tenantId`. */
+      const patient = (tenantId: number, id: number, command: ResourceCommand) =>
+        execute(ctx(tenantId), (uow) =>
+          uow.decide(resourceStream('Patient', id), resourceDecider('Patient'), command, {
+            fresh: command.type === 'CreateResource',
+          }),
+        );
+      /** Creates a Patient of `tenantId`; returns its id. */
+      const create = async (tenantId: number, family: string) => {
+        const id = await allocateId(opened.sql, 'Patient');
+        await patient(tenantId, id, {
+          type: 'CreateResource',
+          id,
+          tenantId,
+          resource: { name: [{ family }] },
+          now: NOW,
+        });
+        return id;
+      };
+      return { sql: opened.sql, create, patient };
+    };
+
+    /** What a read answers, in a form to compare. */
+    const seen = (row: Awaited<ReturnType<typeof readResource>>) =>
+      row && {
+        id: row.id,
+        tenantId: row.tenantId,
+        versionId: row.versionId,
+        deleted: row.deleted,
+        family: (row.resource.name as { family: string }[])[0]?.family,
+      };
+
+    it('answers reads that arrive together in one statement, each as it would be alone', async () => {
+      const { sql, create, patient } = await open();
+      const ours = [await create(1, 'Ada'), await create(1, 'Grace'), await create(1, 'Edith')];
+      const theirs = await create(2, 'Other');
+      const deleted = await create(1, 'Gone');
+      await patient(1, deleted, { type: 'DeleteResource', now: NOW });
+      const missing = deleted + 1_000;
+      const asked = [...ours, theirs, deleted, missing, ours[0]!, ...ours];
+      // Each read alone, in a transaction (never batched).
+      const alone = await sql.transaction(async (tx) => {
+        const rows = [];
+        for (const id of asked) rows.push(seen(await readResource(tx, 'Patient', id, 1)));
+        return rows;
+      });
+      expect(alone.map((r) => r?.family)).to.deep.equal([
+        'Ada',
+        'Grace',
+        'Edith',
+        undefined, // another tenant's reads as missing
+        'Gone',
+        undefined,
+        'Ada',
+        'Ada',
+        'Grace',
+        'Edith',
+      ]);
+      expect(alone[4]).to.include({ deleted: true, versionId: 2 });
+
+      const statements: string[] = [];
+      const shared = recordingSql(statements)(sql);
+      const together = await Promise.all(asked.map((id) => readResource(shared, 'Patient', id, 1)));
+      expect(together.map(seen)).to.deep.equal(alone);
+      // The first read goes at once, alone; the nine asked meanwhile go together in one statement.
+      expect(statements.filter(isRead)).to.have.length(2);
+      expect(statements.filter(isBatch)).to.have.length(1);
+    });
+
+    it('sends the reads of a transaction on their own', async () => {
+      const { sql, create } = await open();
+      const ids = [await create(1, 'Ada'), await create(1, 'Grace'), await create(1, 'Edith')];
+      const statements: string[] = [];
+      const rows = await recordingSql(statements)(sql).transaction((tx) =>
+        Promise.all(ids.map((id) => readResource(tx, 'Patient', id, 1))),
+      );
+      expect(rows.map((r) => r?.id)).to.deep.equal(ids);
+      expect(statements.filter(isRead)).to.have.length(3);
+      expect(statements.filter(isBatch)).to.deep.equal([]);
+    });
+
+    it('shows a write to a read asked after it, while an earlier batch is still in flight', async () => {
+      const { sql, create } = await open();
+      const first = await create(1, 'Ada');
+      let release: () => void = () => undefined;
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const statements: string[] = [];
+      // The first read is held before it is sent; reads asked meanwhile wait for it.
+      let holding = true;
+      const shared = recordingSql(statements, async (text) => {
+        if (holding && isRead(text)) {
+          holding = false;
+          await held;
+        }
+      })(sql);
+      const inFlight = readResource(shared, 'Patient', first, 1);
+      const created = await create(1, 'Grace');
+      const later = readResource(shared, 'Patient', created, 1);
+      release();
+      expect(seen(await inFlight)?.family).to.equal('Ada');
+      expect(seen(await later)?.family).to.equal('Grace');
+    });
+
+    it('gives a read that cannot run its own error and the reads batched with it their rows', async () => {
+      const { sql, create } = await open();
+      const ids = [await create(1, 'Ada'), await create(1, 'Grace')];
+      const results = await Promise.allSettled([
+        readResource(sql, 'Patient', ids[0]!, 1),
+        // Out of the integer range of ids: the batch it joins fails, and each read is sent again alone.
+        readResource(sql, 'Patient', 2 ** 40, 1),
+        readResource(sql, 'Patient', ids[1]!, 1),
+        readResource(sql, 'Patient', ids[0]!, 1),
+      ]);
+      expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+      expect(results.map((r) => (r.status === 'fulfilled' ? r.value?.id : undefined))).to.deep.equal([
+        ids[0],
+        undefined,
+        ids[1],
+        ids[0],
+      ]);
+    });
+  });
+}
