@@ -4,10 +4,9 @@
  * project, author); `rm_resource_identifiers` serves search by identifier. `content` is `json`,
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
-
 import { Batcher } from '../db/batcher.js';
 import { bumpSequence } from '../db/sequences.js';
-import type { Sql } from '../db/sql.js';
+import type { Row, Sql } from '../db/sql.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
 import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
@@ -263,8 +262,6 @@ interface ReadKey {
   readonly id: number;
   readonly tenantId: number;
 }
-
-type Row = Record<string, unknown>;
 
 /** Runs the reads of `keys` in one statement; answers each key's row (undefined: none) in order. */
 const readRows = async (sql: Sql, keys: readonly ReadKey[]): Promise<(Row | undefined)[]> => {
