@@ -388,8 +388,98 @@ const searchWhere = (type: ResourceType, tenantId: number, query: Omit<ResourceQ
   return { where, params, param };
 };
 
-/** Live resources of `type` in the tenant matching `query`, in `query.sort` order (default by id). */
-export const searchResources = async (
+/** A search by one `system|value` identifier, first page, by id: the shape batched together. */
+interface IdentifierSearch {
+  readonly type: ResourceType;
+  readonly tenantId: number;
+  readonly system: string;
+  readonly value: string;
+  readonly limit: number;
+}
+
+/**
+ * Several searches by identifier, each row with the 1-based place `n` of its search: per search,
+ * the same rows in the same order as {@link searchResources} gives it alone (live resources of the
+ * type in the tenant holding that identifier, by id, at most `limit`).
+ */
+const SEARCH_IDENTIFIERS = `SELECT k.n::int AS n, r.*, r.id::text AS sort_key
+  FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[]) WITH ORDINALITY AS k(t, tn, s, v, lim, n)
+  CROSS JOIN LATERAL (SELECT r.* FROM rm_resources r
+    WHERE r.resource_type = k.t AND r.tenant_id = k.tn AND NOT r.deleted
+      AND EXISTS (SELECT 1 FROM rm_resource_identifiers i WHERE i.resource_type = r.resource_type
+                    AND i.tenant_id = r.tenant_id AND i.id = r.id AND i.system = k.s AND i.value = k.v)
+    ORDER BY r.id ASC LIMIT k.lim) r`;
+
+/** The search as an {@link IdentifierSearch}, when it has exactly that shape. */
+const identifierSearch = (
+  type: ResourceType,
+  tenantId: number,
+  query: ResourceQuery,
+): IdentifierSearch | undefined => {
+  const [identifier, ...others] = query.identifiers ?? [];
+  if (!identifier || others.length > 0 || !identifier.system) return undefined;
+  if (query.ids || query.patientIds || query.encounterIds || query.elements?.length) return undefined;
+  if (query.after || query.backward || (query.sort && (query.sort.by !== '_id' || query.sort.descending)))
+    return undefined;
+  return { type, tenantId, system: identifier.system, value: identifier.value, limit: query.limit };
+};
+
+/** Runs `searches`: alone as {@link searchRows}, several in one statement. */
+const searchIdentifiers = async (sql: Sql, searches: readonly IdentifierSearch[]): Promise<KeyedRow[][]> => {
+  if (searches.length === 1) {
+    const [only] = searches as [IdentifierSearch];
+    return [
+      await searchRows(sql, only.type, only.tenantId, {
+        identifiers: [{ system: only.system, value: only.value }],
+        limit: only.limit,
+      }),
+    ];
+  }
+  const rows = await sql.query(SEARCH_IDENTIFIERS, [
+    searches.map((q) => q.type),
+    searches.map((q) => q.tenantId),
+    searches.map((q) => q.system),
+    searches.map((q) => q.value),
+    searches.map((q) => q.limit),
+  ]);
+  const found: KeyedRow[][] = searches.map(() => []);
+  for (const r of rows) found[Number(r.n) - 1]!.push(keyedRow(r));
+  return found;
+};
+
+/** The identifier-search batcher of each shared handle. */
+const identifierSearchers = new WeakMap<Sql, Batcher<IdentifierSearch, KeyedRow[]>>();
+
+/**
+ * Live resources of `type` in the tenant matching `query`, in `query.sort` order (default by id).
+ * Searches by one `system|value` identifier (the first page, by id: how EHRs look a patient up)
+ * that arrive together on a shared handle go in one statement, as reads by id do
+ * (docs/architecture.md "Reads").
+ */
+export const searchResources = (
+  sql: Sql,
+  type: ResourceType,
+  tenantId: number,
+  query: ResourceQuery,
+): Promise<KeyedRow[]> => {
+  const byIdentifier = sql.shared ? identifierSearch(type, tenantId, query) : undefined;
+  if (!byIdentifier) return searchRows(sql, type, tenantId, query);
+  let searcher = identifierSearchers.get(sql);
+  if (!searcher) {
+    searcher = new Batcher((searches) => searchIdentifiers(sql, searches), READ_BATCH_MAX);
+    identifierSearchers.set(sql, searcher);
+  }
+  return searcher.submit(byIdentifier);
+};
+
+/** A search row with its key in the order by id (`sort_key`: the key as text). */
+const keyedRow = (r: Row): KeyedRow => ({
+  ...rowOf(r),
+  key: { value: String(r.sort_key), id: Number(r.id) },
+});
+
+/** One search, one statement. */
+const searchRows = async (
   sql: Sql,
   type: ResourceType,
   tenantId: number,
@@ -423,7 +513,7 @@ export const searchResources = async (
       ORDER BY ${expression} ${direction}, r.id ${direction} LIMIT ${param(query.limit)}`,
     params,
   );
-  return rows.map((r) => ({ ...rowOf(r), key: { value: String(r.sort_key), id: Number(r.id) } }));
+  return rows.map(keyedRow);
 };
 
 /**

@@ -14,7 +14,7 @@ import { allocateId, migrateSequences } from '../../src/db/sequences.js';
 import { type ResourceCommand, resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
-import { readResource } from '../../src/projections/resources.js';
+import { type ResourceQuery, readResource, searchResources } from '../../src/projections/resources.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
 import { testDatabases } from '../support/databases.js';
 import { recordingSql } from '../support/sql.js';
@@ -60,14 +60,17 @@ for (const db of testDatabases) {
             fresh: command.type === 'CreateResource',
           }),
         );
-      /** Creates a Patient of `tenantId`; returns its id. */
-      const create = async (tenantId: number, family: string) => {
+      /** Creates a Patient of `tenantId` (with `mrn` as its identifier when given); returns its id. */
+      const create = async (tenantId: number, family: string, mrn?: string) => {
         const id = await allocateId(opened.sql, 'Patient');
         await patient(tenantId, id, {
           type: 'CreateResource',
           id,
           tenantId,
-          resource: { name: [{ family }] },
+          resource: {
+            name: [{ family }],
+            ...(mrn ? { identifier: [{ system: 'urn:mrn', value: mrn }] } : {}),
+          },
           now: NOW,
         });
         return id;
@@ -175,6 +178,84 @@ for (const db of testDatabases) {
         ids[1],
         ids[0],
       ]);
+    });
+
+    it('answers searches by one identifier that arrive together in one statement, each as it would be alone', async () => {
+      const { sql, create, patient } = await open();
+      const ada = await create(1, 'Ada', 'A-1');
+      const twinA = await create(1, 'Twin', 'T-1');
+      const twinB = await create(1, 'Twin', 'T-1');
+      await create(2, 'Other', 'A-1'); // the same identifier in another tenant
+      const gone = await create(1, 'Gone', 'G-1');
+      await patient(1, gone, { type: 'DeleteResource', now: NOW });
+      const byMrn = (value: string, limit = 10, tenantId = 1) => ({
+        tenantId,
+        query: { identifiers: [{ system: 'urn:mrn', value }], limit } satisfies ResourceQuery,
+      });
+      const asked = [
+        byMrn('A-1'),
+        byMrn('T-1'),
+        byMrn('T-1', 1), // one page of one: the lower id only
+        byMrn('G-1'), // deleted: not found
+        byMrn('none'),
+        byMrn('A-1', 10, 2),
+        byMrn('A-1'),
+      ];
+      const found = (rows: Awaited<ReturnType<typeof searchResources>>) =>
+        rows.map((r) => ({ id: r.id, tenantId: r.tenantId, key: r.key, family: seen(r)?.family }));
+      const alone = await sql.transaction(async (tx) => {
+        const all = [];
+        for (const { tenantId, query } of asked)
+          all.push(found(await searchResources(tx, 'Patient', tenantId, query)));
+        return all;
+      });
+      expect(alone.map((rows) => rows.map((r) => r.id))).to.deep.equal([
+        [ada],
+        [twinA, twinB],
+        [twinA],
+        [],
+        [],
+        [ada + 3], // the other tenant's (created fourth)
+        [ada],
+      ]);
+      expect(alone[1]![0]!.key).to.deep.equal({ value: String(twinA), id: twinA });
+
+      const statements: string[] = [];
+      const shared = recordingSql(statements)(sql);
+      const together = await Promise.all(
+        asked.map(({ tenantId, query }) => searchResources(shared, 'Patient', tenantId, query)),
+      );
+      expect(together.map(found)).to.deep.equal(alone);
+      const searches = statements.filter((text) => text.includes('rm_resource_identifiers'));
+      // The first search goes at once, alone; the six asked meanwhile go together.
+      expect(searches).to.have.length(2);
+      expect(searches.filter(isBatch)).to.have.length(1);
+    });
+
+    it('searches by anything else than one system|value identifier on their own', async () => {
+      const { sql, create } = await open();
+      await create(1, 'Ada', 'A-1');
+      const statements: string[] = [];
+      const shared = recordingSql(statements)(sql);
+      const queries: ResourceQuery[] = [
+        { identifiers: [{ system: undefined, value: 'A-1' }], limit: 10 },
+        {
+          identifiers: [{ system: 'urn:mrn', value: 'A-1' }],
+          sort: { by: '_id', descending: true },
+          limit: 10,
+        },
+        {
+          identifiers: [
+            { system: 'urn:mrn', value: 'A-1' },
+            { system: 'urn:mrn', value: 'B-1' },
+          ],
+          limit: 10,
+        },
+      ];
+      const rows = await Promise.all(queries.map((query) => searchResources(shared, 'Patient', 1, query)));
+      expect(rows.map((r) => r.length)).to.deep.equal([1, 1, 1]);
+      expect(statements.filter(isBatch)).to.deep.equal([]);
+      expect(statements).to.have.length(3);
     });
   });
 }
