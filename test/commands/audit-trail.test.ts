@@ -15,11 +15,10 @@ import {
   auditDecider,
 } from '../../src/domain/audit/audit.js';
 import type { EventStore } from '../../src/eventstore/port.js';
-import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { patientEvents } from '../../src/queries/patient-events.js';
 import { testCommandContext } from '../support/commands.js';
-import { testDatabases } from '../support/databases.js';
+import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { given } from '../support/given.js';
 
 const record = (patientId: number, tenantId: number | null = 1): AuditRecord => ({
@@ -52,16 +51,10 @@ describe('audit decider', () => {
 
 for (const db of testDatabases) {
   describe(`audit trail on ${db.name}`, () => {
-    const cleanups: (() => Promise<void>)[] = [];
-    afterEach(async () => {
-      while (cleanups.length > 0) await cleanups.pop()!();
-    });
+    const cleanups = closeAfterEach();
 
     const open = async () => {
-      const opened = await db.open();
-      cleanups.push(() => opened.dispose());
-      const store = await SqlEventStore.open(opened.sql);
-      cleanups.push(() => store.close());
+      const { opened, store } = await openStore(db, cleanups);
       const appends: number[] = [];
       const context = (over: EventStore = store) =>
         testCommandContext(over, opened.sql, appends, {

@@ -8,9 +8,8 @@ import { v4 as uuid } from 'uuid';
 import { execute } from '../../src/commands/handler.js';
 import { type Decider, DomainError, type Event } from '../../src/domain/decider.js';
 import { WrongExpectedVersion } from '../../src/eventstore/port.js';
-import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { testCommandContext } from '../support/commands.js';
-import { testDatabases } from '../support/databases.js';
+import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 
 /** A counter aggregate: `Increment` by n; refuses to pass `limit`. */
 type CounterEvent = Event<'Incremented', { by: number }>;
@@ -26,16 +25,10 @@ const counter = (limit = Number.POSITIVE_INFINITY): Decider<{ by: number }, numb
 
 for (const db of testDatabases) {
   describe(`command handler on ${db.name}`, () => {
-    const cleanups: (() => Promise<void>)[] = [];
-    afterEach(async () => {
-      while (cleanups.length > 0) await cleanups.pop()!();
-    });
+    const cleanups = closeAfterEach();
 
     const open = async () => {
-      const opened = await db.open();
-      cleanups.push(() => opened.dispose());
-      const store = await SqlEventStore.open(opened.sql);
-      cleanups.push(() => store.close());
+      const { opened, store } = await openStore(db, cleanups);
       const appends: number[] = [];
       const ctx = testCommandContext(store, opened.sql, appends);
       return { store, ctx, appends };

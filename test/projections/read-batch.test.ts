@@ -7,16 +7,14 @@
  */
 import { expect } from 'chai';
 import { pino } from 'pino';
-import { v4 as uuid } from 'uuid';
-import type { CommandContext } from '../../src/commands/context.js';
 import { execute } from '../../src/commands/handler.js';
 import { allocateId, migrateSequences } from '../../src/db/sequences.js';
 import { type ResourceCommand, resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
-import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import { type ResourceQuery, readResource, searchResources } from '../../src/projections/resources.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
-import { testDatabases } from '../support/databases.js';
+import { testCommandContext } from '../support/commands.js';
+import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { recordingSql } from '../support/sql.js';
 
 const logger = pino({ level: 'silent' });
@@ -27,32 +25,16 @@ const isRead = (text: string) => text.includes('FROM rm_resources');
 for (const db of testDatabases) {
   describe(`batched reads by key on ${db.name}`, function () {
     this.timeout(60_000);
-    const cleanups: (() => Promise<void>)[] = [];
-    afterEach(async () => {
-      while (cleanups.length > 0) await cleanups.pop()!();
-    });
+    const cleanups = closeAfterEach();
 
     const open = async () => {
-      const opened = await db.open();
-      cleanups.push(() => opened.dispose());
-      const store = await SqlEventStore.open(opened.sql);
-      cleanups.push(() => store.close());
+      const { opened, store } = await openStore(db, cleanups);
       await migrateSequences(opened.sql);
       const runner = new ProjectionRunner(store, opened.sql, allProjections, logger);
       await runner.migrate();
       await runner.catchUp();
       cleanups.push(() => runner.stop());
-      const ctx = (tenantId: number): CommandContext => ({
-        store,
-        sql: opened.sql,
-        tenantId,
-        actor: { type: 'system', id: 'read-batch-test' },
-        correlationId: uuid(),
-        causationId: null,
-        requestId: null,
-        now: new Date(NOW),
-        afterAppend: async () => undefined,
-      });
+      const ctx = (tenantId: number) => testCommandContext(store, opened.sql, [], { tenantId });
       /** Runs a resource command on Patient `id` of `tenantId`. */
       const patient = (tenantId: number, id: number, command: ResourceCommand) =>
         execute(ctx(tenantId), (uow) =>

@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { PgliteSql, PostgresSql, type Sql } from '../../src/db/sql.js';
+import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 
 export const POSTGRES_TEST_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -65,3 +66,27 @@ const postgres: TestDatabase = {
 
 /** Both SQL databases; tests loop over this list so every behaviour is asserted on each. */
 export const testDatabases: readonly TestDatabase[] = [pglite, postgres];
+
+/** What a test opened, closed after it, newest first ({@link closeAfterEach}). */
+export type Cleanups = (() => Promise<void>)[];
+
+/** Registers an `afterEach` (in the calling `describe`) that closes what each test pushed to the list. */
+export const closeAfterEach = (): Cleanups => {
+  const cleanups: Cleanups = [];
+  afterEach(async () => {
+    while (cleanups.length > 0) await cleanups.pop()!();
+  });
+  return cleanups;
+};
+
+/** Opens a fresh database of `db` and a SQL event store on it, both closed after the test. */
+export const openStore = async (
+  db: TestDatabase,
+  cleanups: Cleanups,
+): Promise<{ opened: OpenedDatabase; store: SqlEventStore }> => {
+  const opened = await db.open();
+  cleanups.push(() => opened.dispose());
+  const store = await SqlEventStore.open(opened.sql);
+  cleanups.push(() => store.close());
+  return { opened, store };
+};
