@@ -7,24 +7,14 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+// The repository root and a free port: the same helpers as the tests' (the benches run from the root).
+import { freePort, ROOT } from '../../test/support/process.js';
 
-/** The repository root (the benches run from it: `npm run bench:*`). */
-export const ROOT = new URL('../..', import.meta.url).pathname;
+export { freePort, ROOT };
 
 /** Clock ticks per second of /proc/<pid>/stat times (usually 100). */
 const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
-
-/** A free TCP port on 127.0.0.1 (the OS picks it; a tiny race with other processes is accepted). */
-export const freePort = async (): Promise<number> => {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  server.close();
-  if (!address || typeof address === 'string') throw new Error('no port');
-  return address.port;
-};
 
 /** A started child process with its output kept for error messages. */
 export interface Child {
