@@ -14,13 +14,12 @@ import { defineFunction, type Sql } from '../../src/db/sql.js';
 import { resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { type SessionCommand, sessionDecider, sessionStream } from '../../src/domain/session/session.js';
 import { type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
-import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/runner.js';
 import { sessionsProjection } from '../../src/projections/sessions.js';
-import { testDatabases } from '../support/databases.js';
+import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';
 import { recordingSql } from '../support/sql.js';
 
@@ -30,10 +29,7 @@ const NOW = '2026-03-01T10:00:00.000Z';
 for (const db of testDatabases) {
   describe(`inline projections on ${db.name}`, function () {
     this.timeout(60_000);
-    const cleanups: (() => Promise<void>)[] = [];
-    afterEach(async () => {
-      while (cleanups.length > 0) await cleanups.pop()!();
-    });
+    const cleanups = closeAfterEach();
 
     /** A store with a runner in inline mode over `projections`, every projection live. */
     const open = async (
@@ -41,10 +37,7 @@ for (const db of testDatabases) {
       pageSize?: number,
       storeSql: (sql: Sql) => Sql = (sql) => sql,
     ) => {
-      const opened = await db.open();
-      cleanups.push(() => opened.dispose());
-      const store = await SqlEventStore.open(storeSql(opened.sql));
-      cleanups.push(() => store.close());
+      const { opened, store } = await openStore(db, cleanups, storeSql);
       await migrateSequences(opened.sql);
       const runner = new ProjectionRunner(
         store,

@@ -79,14 +79,18 @@ export const closeAfterEach = (): Cleanups => {
   return cleanups;
 };
 
-/** Opens a fresh database of `db` and a SQL event store on it, both closed after the test. */
+/**
+ * Opens a fresh database of `db` and a SQL event store on it, both closed after the test.
+ * @param storeSql what the store sends its statements through (a recorder: `recordingSql`).
+ */
 export const openStore = async (
   db: TestDatabase,
   cleanups: Cleanups,
+  storeSql: (sql: Sql) => Sql = (sql) => sql,
 ): Promise<{ opened: OpenedDatabase; store: SqlEventStore }> => {
   const opened = await db.open();
   cleanups.push(() => opened.dispose());
-  const store = await SqlEventStore.open(opened.sql);
+  const store = await SqlEventStore.open(storeSql(opened.sql));
   cleanups.push(() => store.close());
   return { opened, store };
 };
