@@ -6,6 +6,7 @@
  * the batching of point reads (one statement for many reads by key). An item alone is sent at
  * once: nothing waits for company.
  */
+import type { Sql } from './sql.js';
 
 interface Waiting<I, O> {
   readonly item: I;
@@ -87,3 +88,26 @@ export class Batcher<I, O> {
     }
   }
 }
+
+/**
+ * `send` with a {@link Batcher} per shared handle: on a shared {@link Sql} (a pool, PGlite; see
+ * `Sql.shared`) items submitted while a batch is in flight go together in the next one; on any other
+ * handle (a transaction, a held connection, which must see its own writes) each item is sent alone.
+ * @param send runs one batch (≥ 1 item) on `sql` and answers each item in order.
+ * @returns a function that answers one item on `sql`, or throws what sending it alone threw.
+ */
+export const batchedOnShared = <I, O>(
+  send: (sql: Sql, items: readonly I[]) => Promise<readonly O[]>,
+  maxBatch?: number,
+): ((sql: Sql, item: I) => Promise<O>) => {
+  const batchers = new WeakMap<Sql, Batcher<I, O>>();
+  return async (sql, item) => {
+    if (!sql.shared) return (await send(sql, [item]))[0] as O;
+    let batcher = batchers.get(sql);
+    if (!batcher) {
+      batcher = new Batcher((items) => send(sql, items), maxBatch);
+      batchers.set(sql, batcher);
+    }
+    return batcher.submit(item);
+  };
+};

@@ -4,7 +4,7 @@
  * project, author); `rm_resource_identifiers` serves search by identifier. `content` is `json`,
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
-import { Batcher } from '../db/batcher.js';
+import { batchedOnShared } from '../db/batcher.js';
 import { bumpSequence } from '../db/sequences.js';
 import type { Row, Sql } from '../db/sql.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
@@ -279,23 +279,11 @@ const readRows = async (sql: Sql, keys: readonly ReadKey[]): Promise<(Row | unde
   return byPlace;
 };
 
-/** The read batcher of each pool (a transaction or a held connection reads on its own). */
-const readers = new WeakMap<Sql, Batcher<ReadKey, Row | undefined>>();
-
 /**
- * Reads `key` on `sql`: through its {@link Batcher} when `sql` is shared (a pool, PGlite), so that
- * concurrent reads share a statement; directly in a transaction or on a held connection, which must
- * see its own writes.
+ * Reads one key: reads that arrive together on a shared handle (the pool, PGlite) share a
+ * statement; in a transaction or on a held connection each goes alone.
  */
-const readRow = (sql: Sql, key: ReadKey): Promise<Row | undefined> => {
-  if (!sql.shared) return readRows(sql, [key]).then(([row]) => row);
-  let reader = readers.get(sql);
-  if (!reader) {
-    reader = new Batcher((keys) => readRows(sql, keys), READ_BATCH_MAX);
-    readers.set(sql, reader);
-  }
-  return reader.submit(key);
-};
+const readRow = batchedOnShared(readRows, READ_BATCH_MAX);
 
 /**
  * The resource `type/id` of `tenantId` (deleted ones too), or undefined — other tenants' read as
@@ -447,8 +435,8 @@ const searchIdentifiers = async (sql: Sql, searches: readonly IdentifierSearch[]
   return found;
 };
 
-/** The identifier-search batcher of each shared handle. */
-const identifierSearchers = new WeakMap<Sql, Batcher<IdentifierSearch, KeyedRow[]>>();
+/** Runs one search by identifier: together with the others that arrive on a shared handle. */
+const searchByIdentifier = batchedOnShared(searchIdentifiers, READ_BATCH_MAX);
 
 /**
  * Live resources of `type` in the tenant matching `query`, in `query.sort` order (default by id).
@@ -462,14 +450,8 @@ export const searchResources = (
   tenantId: number,
   query: ResourceQuery,
 ): Promise<KeyedRow[]> => {
-  const byIdentifier = sql.shared ? identifierSearch(type, tenantId, query) : undefined;
-  if (!byIdentifier) return searchRows(sql, type, tenantId, query);
-  let searcher = identifierSearchers.get(sql);
-  if (!searcher) {
-    searcher = new Batcher((searches) => searchIdentifiers(sql, searches), READ_BATCH_MAX);
-    identifierSearchers.set(sql, searcher);
-  }
-  return searcher.submit(byIdentifier);
+  const byIdentifier = identifierSearch(type, tenantId, query);
+  return byIdentifier ? searchByIdentifier(sql, byIdentifier) : searchRows(sql, type, tenantId, query);
 };
 
 /** A search row with its key in the order by id (`sort_key`: the key as text). */

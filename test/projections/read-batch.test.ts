@@ -57,7 +57,7 @@ for (const db of testDatabases) {
         });
         return id;
       };
-      return { sql: opened.sql, create, patient };
+      return { sql: opened.sql, reopen: opened.reopen, create, patient };
     };
 
     /** What a read answers, in a form to compare. */
@@ -141,6 +141,25 @@ for (const db of testDatabases) {
       release();
       expect(seen(await inFlight)?.family).to.equal('Ada');
       expect(seen(await later)?.family).to.equal('Grace');
+    });
+
+    it('shows a write acknowledged through one pool to reads and searches batched on another (another API replica)', async () => {
+      const { create, reopen } = await open();
+      const replica = await reopen(4);
+      const before = await create(1, 'Ada', 'A-1');
+      // Keep the replica's batchers busy while the other pool writes, then ask for the new resource.
+      const busy = Array.from({ length: 20 }, () => readResource(replica, 'Patient', before, 1));
+      const written = await create(1, 'Grace', 'G-1');
+      const [read, searched] = await Promise.all([
+        readResource(replica, 'Patient', written, 1),
+        searchResources(replica, 'Patient', 1, {
+          identifiers: [{ system: 'urn:mrn', value: 'G-1' }],
+          limit: 2,
+        }),
+        ...busy,
+      ]);
+      expect(seen(read)?.family).to.equal('Grace');
+      expect(searched.map((r) => r.id)).to.deep.equal([written]);
     });
 
     it('gives a read that cannot run its own error and the reads batched with it their rows', async () => {
