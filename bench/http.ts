@@ -3,17 +3,19 @@
  * raw Koa + pg server's, all measured in one run on one machine, so that the ratios hold on a busy
  * box where absolute numbers do not.
  *
- * Systems, each a child process started and stopped in turn:
- *   raw               bench/support/baseline.ts: INSERT jsonb / SELECT by id, casebook's body parser
+ * Systems, each a child process:
+ *   raw               bench/support/baseline.ts on PostgreSQL: INSERT jsonb / SELECT by id, casebook's body parser
  *   casebook-postgres `casebook serve` (compiled, as `npm start` runs it) on PostgreSQL, a fresh schema (dropped at the end)
+ *   raw-pglite        bench/support/baseline.ts on PGlite, opened as casebook opens it
  *   casebook-pglite   `casebook serve` on PGlite in a fresh data directory
  * and `casebook serve` on the same PostgreSQL schema with AUDIT_READS=false, for what auditing
  * reads costs.
  *
  * Each request shape gets BENCH_WARMUP seconds (default 2) of warm-up, then BENCH_DURATION seconds
- * (default 10) measured with autocannon, 20 connections unless said otherwise. The raw server runs
- * throughout: each ratio to it divides by the mean of the raw shape measured just before and just
- * after the casebook run (column `raw RPS`), as this VM's speed drifts within minutes. PostgreSQL comes
+ * (default 10) measured with autocannon, 20 connections unless said otherwise. Each casebook is
+ * compared with the raw server on its own engine, which runs throughout its casebook's runs: each
+ * ratio divides by the mean of the raw shape measured just before and just after the casebook run
+ * (column `paired RPS`), as this VM's speed drifts within minutes. PostgreSQL comes
  * from BENCH_DATABASE_URL, else TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
  * bench/README.md explains the table.
  */
@@ -101,6 +103,8 @@ const run = (url: string, shape: Shape, pid: number, connections = CONNECTIONS) 
  * SELECT by id rows, and `paired`, which measures a raw shape again next to a casebook run.
  */
 interface Raw {
+  /** How the table names it: `raw` (PostgreSQL) or `raw PGlite`. */
+  readonly label: string;
   readonly insert: Shape;
   readonly select: Shape;
   /** Measures `shape` on the raw server (a paired run: not a row of its own). */
@@ -108,11 +112,19 @@ interface Raw {
   stop(): Promise<void>;
 }
 
-/** Starts the raw baseline, preloads its Patients and measures its standalone rows. */
-const startRaw = async (schema: string): Promise<Raw> => {
+/**
+ * Starts a raw baseline, preloads its Patients and measures its standalone rows.
+ * @param system `raw` on PostgreSQL (`schema`), or `raw-pglite` on PGlite (a data directory).
+ */
+const startRaw = async (
+  system: 'raw' | 'raw-pglite',
+  database: { schema: string } | { pgliteDir: string },
+): Promise<Raw> => {
   const port = await freePort();
   const child = spawnTs('bench/support/baseline.ts', [], {
-    BASELINE_DATABASE_URL: withSchemaUrl(schema),
+    ...('schema' in database
+      ? { BASELINE_DATABASE_URL: withSchemaUrl(database.schema) }
+      : { BASELINE_PGLITE_DIR: database.pgliteDir }),
     PORT: String(port),
   });
   try {
@@ -134,12 +146,18 @@ const startRaw = async (schema: string): Promise<Raw> => {
     };
     const select: Shape = { method: 'GET', headers: {}, next: () => ({ path: `/Patient/${pick(ids)}` }) };
     const post20 = await run(base, insert, child.pid);
-    rows.push({ system: 'raw', request: 'INSERT jsonb', connections: CONNECTIONS, measured: post20 });
+    rows.push({ system, request: 'INSERT jsonb', connections: CONNECTIONS, measured: post20 });
     const post1 = await run(base, insert, child.pid, 1);
-    rows.push({ system: 'raw', request: 'INSERT jsonb', connections: 1, measured: post1 });
+    rows.push({ system, request: 'INSERT jsonb', connections: 1, measured: post1 });
     const get = await run(base, select, child.pid);
-    rows.push({ system: 'raw', request: 'SELECT by id', connections: CONNECTIONS, measured: get });
-    return { insert, select, measure: (shape) => run(base, shape, child.pid), stop: () => child.stop() };
+    rows.push({ system, request: 'SELECT by id', connections: CONNECTIONS, measured: get });
+    return {
+      label: system === 'raw' ? 'raw' : 'raw PGlite',
+      insert,
+      select,
+      measure: (shape) => run(base, shape, child.pid),
+      stop: () => child.stop(),
+    };
   } catch (error) {
     await child.stop();
     throw error;
@@ -227,10 +245,11 @@ const benchCasebook = async (
     const pairedRow = async (
       request: string,
       shape: Shape,
-      against: 'raw INSERT' | 'raw SELECT',
+      rawRequest: 'INSERT' | 'SELECT',
       target: number,
     ): Promise<Measured> => {
-      const rawShape = against === 'raw INSERT' ? raw.insert : raw.select;
+      const rawShape = rawRequest === 'INSERT' ? raw.insert : raw.select;
+      const against = `${raw.label} ${rawRequest}`;
       const { measured, rawRps } = await paired(raw, rawShape, child.pid, () => run(base, shape, child.pid));
       rows.push({
         system,
@@ -247,7 +266,7 @@ const benchCasebook = async (
       headers: { authorization: AUTH },
       next: () => ({ path: path() }),
     });
-    const post20 = await pairedRow('POST /Patient', create, 'raw INSERT', TARGETS.post);
+    const post20 = await pairedRow('POST /Patient', create, 'INSERT', TARGETS.post);
     const post1 = await run(base, create, child.pid, 1);
     rows.push({
       system,
@@ -259,7 +278,7 @@ const benchCasebook = async (
     await pairedRow(
       'GET /Patient/{id}',
       read(() => `/fhir/r5/Patient/${pick(patients).id}`),
-      'raw SELECT',
+      'SELECT',
       TARGETS.getId,
     );
     await pairedRow(
@@ -267,7 +286,7 @@ const benchCasebook = async (
       read(
         () => `/fhir/r5/Patient?identifier=${encodeURIComponent(`${SYSTEM}|${pick(patients).identifier}`)}`,
       ),
-      'raw SELECT',
+      'SELECT',
       TARGETS.getIdentifier,
     );
     await pairedRow(
@@ -289,7 +308,7 @@ const benchCasebook = async (
           }),
         }),
       },
-      'raw INSERT',
+      'INSERT',
       TARGETS.session,
     );
     await also?.(
@@ -413,13 +432,13 @@ const main = async () => {
       ],
     }),
   );
-  let stopRaw = async () => {};
+  const raws: Raw[] = [];
   try {
     const rawSchema = await createSchema(admin, 'bench_raw');
     schemas.push(rawSchema);
     console.log('raw Koa + pg…');
-    const raw = await startRaw(rawSchema);
-    stopRaw = () => raw.stop();
+    const raw = await startRaw('raw', { schema: rawSchema });
+    raws.push(raw);
     const cbSchema = await createSchema(admin, 'bench_http');
     schemas.push(cbSchema);
     const pgEnv = { DATABASE_URL: withSchemaUrl(cbSchema) };
@@ -428,10 +447,16 @@ const main = async () => {
       console.log('casebook on PostgreSQL, AUDIT_READS=false, paired with the audited server…');
       await benchUnaudited(pgEnv, seedFile, audited, ids);
     });
+    // PGlite is compared with PGlite: the same engine, opened the same way, in one process.
+    await raw.stop();
+    raws.splice(0);
+    console.log('raw Koa + PGlite…');
+    const rawPglite = await startRaw('raw-pglite', { pgliteDir: join(dataDir, 'raw-pglite') });
+    raws.push(rawPglite);
     console.log('casebook on PGlite…');
-    await benchCasebook('casebook-pglite', { DATA_DIR: join(dataDir, 'pglite') }, seedFile, raw);
+    await benchCasebook('casebook-pglite', { DATA_DIR: join(dataDir, 'pglite') }, seedFile, rawPglite);
   } finally {
-    await stopRaw();
+    for (const raw of raws) await raw.stop();
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await admin.end();
     rmSync(dataDir, { recursive: true, force: true });
