@@ -37,7 +37,10 @@ const db: { query<R>(text: string, params: unknown[]): Promise<R[]>; end(): Prom
         end: () => pglite.close(),
       };
     })();
-await db.query('CREATE TABLE IF NOT EXISTS raw_patients (id bigserial PRIMARY KEY, resource jsonb NOT NULL)', []);
+await db.query(
+  'CREATE TABLE IF NOT EXISTS raw_patients (id bigserial PRIMARY KEY, resource jsonb NOT NULL)',
+  [],
+);
 
 const app = new Koa();
 app.use(boundedBody());
@@ -53,10 +56,9 @@ app.use(async (ctx) => {
   }
   const match = /^\/Patient\/(\d+)$/.exec(ctx.path);
   if (ctx.method === 'GET' && match) {
-    const rows = await db.query<{ resource: unknown }>(
-      'SELECT resource FROM raw_patients WHERE id = $1',
-      [match[1]],
-    );
+    const rows = await db.query<{ resource: unknown }>('SELECT resource FROM raw_patients WHERE id = $1', [
+      match[1],
+    ]);
     if (rows[0]) ctx.body = rows[0].resource;
     else ctx.status = 404;
     return;

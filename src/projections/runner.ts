@@ -42,7 +42,7 @@ const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
 const CATCH_UP_PAGE = 2500;
 /** How often an idle runner looks for projections to build, milliseconds. */
 const IDLE_POLL_MS = 2000;
-/** How long a following runner waits for more events to batch with one that arrived, milliseconds. */
+/** How long a following runner waits, after the first event of a batch, for more to batch with it, milliseconds. */
 const FOLLOW_BATCH_WAIT_MS = 5;
 /**
  * Pause of the deferred follower between batches while nobody waits for it, milliseconds: larger
@@ -140,8 +140,11 @@ const createIndexes = async (sql: Sql, definitions: readonly string[]): Promise<
 };
 
 /**
- * Groups an event stream into batches: a batch is yielded when it holds `maxSize` events, or when
- * no further event arrived within `maxWaitMs` of the last one.
+ * Groups an event stream into batches: a batch is yielded when it holds `maxSize` events, or
+ * `maxWaitMs` after its first event arrived, whichever comes first (and the last one when the
+ * stream ends). The wait runs from the batch's first event, not from its latest: under a steady
+ * stream of appends a window that restarted with every event never closed, and the follower read
+ * the log once per append until the batch was full.
  */
 export async function* batches<T>(
   source: AsyncIterable<T>,
@@ -151,17 +154,14 @@ export async function* batches<T>(
   const iterator = source[Symbol.asyncIterator]();
   let pending: Promise<IteratorResult<T>> | undefined;
   let batch: T[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  let deadline: Promise<'timeout'> | undefined;
   try {
     for (;;) {
       pending ??= iterator.next();
-      const next =
-        batch.length === 0
-          ? await pending
-          : await Promise.race([
-              pending,
-              new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), maxWaitMs)),
-            ]);
+      const next = deadline === undefined ? await pending : await Promise.race([pending, deadline]);
       if (next === 'timeout') {
+        deadline = undefined;
         yield batch;
         batch = [];
         continue;
@@ -170,12 +170,19 @@ export async function* batches<T>(
       if (next.done) break;
       batch.push(next.value);
       if (batch.length >= maxSize) {
+        clearTimeout(timer);
+        deadline = undefined;
         yield batch;
         batch = [];
+      } else if (batch.length === 1) {
+        deadline = new Promise<'timeout'>((resolve) => {
+          timer = setTimeout(() => resolve('timeout'), maxWaitMs);
+        });
       }
     }
     if (batch.length > 0) yield batch;
   } finally {
+    clearTimeout(timer);
     await iterator.return?.();
   }
 }
