@@ -23,7 +23,7 @@ import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
 import type { Token } from '../fhir/resources.js';
 import { searchResources } from '../projections/resources.js';
-import { type UnitOfWork, versionMismatch } from './handler.js';
+import { type AnyDecider, type UnitOfWork, versionMismatch } from './handler.js';
 
 /** The outcome of a write: the resource's id, its version after the write, and whether it is new. */
 export interface WriteResult {
@@ -91,6 +91,22 @@ const checkReferences = async (
 
 const reservationOf = (type: ResourceType, tenantId: number, { system, value }: Identifier) =>
   reservationStream(identifierKey(type, tenantId, system, value));
+
+/**
+ * The streams {@link loadResource} and {@link findByIdentifier} read for these lookups, with their
+ * deciders, for a caller that loads them all at once first (`UnitOfWork.loadAll`: one read instead
+ * of one per lookup).
+ * @param lookups resources by id, and identifiers whose reservation tells who holds them.
+ */
+export const lookupStreams = (
+  tenantId: number,
+  lookups: readonly ({ type: ResourceType; id: number } | { type: ResourceType; identifier: Identifier })[],
+): [string, AnyDecider][] =>
+  lookups.map((lookup) =>
+    'id' in lookup
+      ? [resourceStream(lookup.type, lookup.id), resourceDecider(lookup.type) as AnyDecider]
+      : [reservationOf(lookup.type, tenantId, lookup.identifier), reservationDecider as AnyDecider],
+  );
 
 /** The resource holding the reservation of `system|value` in the tenant, if any. */
 export const findByIdentifier = async (

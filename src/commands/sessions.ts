@@ -25,6 +25,7 @@ import {
 } from './clinical.js';
 import type { CommandContext } from './context.js';
 import { execute, type UnitOfWork } from './handler.js';
+import { lookupStreams } from './resources.js';
 import { hashToken, randomToken } from './secrets.js';
 
 /** docs/interface.md §2.2 role: `new` creates when missing; `find` and `launch` (role omitted) only look up. */
@@ -312,6 +313,17 @@ export const openSession = async (
   input: CreateSessionInput,
   globalOrigins: readonly string[],
 ): Promise<CreatedSession> => {
+  // The tenant and every stream the context's lookups start from (resources named by id, the
+  // reservations of fhirContext identifiers) in one read, instead of a round trip each.
+  await uow.loadAll([
+    [tenantStream(client.tenantId), tenantDecider],
+    ...lookupStreams(client.tenantId, [
+      ...(input.patient !== undefined ? [{ type: 'Patient' as const, id: input.patient }] : []),
+      ...(input.encounter !== undefined ? [{ type: 'Encounter' as const, id: input.encounter }] : []),
+      ...(input.user !== undefined ? [{ type: 'Practitioner' as const, id: input.user }] : []),
+      ...input.fhirContext.map((item) => ({ type: item.type, identifier: item.identifier })),
+    ]),
+  ]);
   const tenant = await loadTenant(uow, client.tenantId);
   const origins = [...globalOrigins, ...tenant.redirectOrigins];
   const postSubmitRedirect =
