@@ -108,6 +108,30 @@ export const lookupStreams = (
       : [reservationOf(lookup.type, tenantId, lookup.identifier), reservationDecider as AnyDecider],
   );
 
+/**
+ * Loads what {@link findMatch} reads for these conditional matches, in two reads instead of two
+ * per match: the reservations of their identifiers, then the resources those reservations name.
+ * A later `findMatch` of the same unit of work finds them loaded.
+ * @param matches the resource type and identifier of each conditional update or create.
+ */
+export const prefetchMatches = async (
+  uow: UnitOfWork,
+  tenantId: number,
+  matches: readonly { type: ResourceType; token: Token }[],
+): Promise<void> => {
+  const identified = matches.flatMap(({ type, token }) =>
+    token.system ? [{ type, identifier: { system: token.system, value: token.value } }] : [],
+  );
+  if (identified.length === 0) return;
+  await uow.loadAll(lookupStreams(tenantId, identified));
+  const holders: { type: ResourceType; id: number }[] = [];
+  for (const { type, identifier } of identified) {
+    const id = await findByIdentifier(uow, type, tenantId, identifier);
+    if (id !== undefined) holders.push({ type, id });
+  }
+  await uow.loadAll(lookupStreams(tenantId, holders));
+};
+
 /** The resource holding the reservation of `system|value` in the tenant, if any. */
 export const findByIdentifier = async (
   uow: UnitOfWork,

@@ -10,7 +10,7 @@
  */
 import { z } from 'zod';
 import { DomainError } from '../domain/decider.js';
-import type { Content } from '../domain/fhir/resource.js';
+import type { Content, ResourceType } from '../domain/fhir/resource.js';
 import type { Principal } from '../fhir/access.js';
 import { toFhirResource } from '../fhir/references.js';
 import {
@@ -19,10 +19,12 @@ import {
   idOf,
   ifMatchOf,
   ResourceValidationError,
+  type Token,
+  tokenOf,
 } from '../fhir/resources.js';
 import { conditionalCreate, conditionalUpdate, create, ifNoneExistToken, remove, update } from './fhir.js';
 import type { UnitOfWork } from './handler.js';
-import type { WriteResult } from './resources.js';
+import { prefetchMatches, type WriteResult } from './resources.js';
 
 /** Upper bound on entries per transaction. */
 export const MAX_ENTRIES = 200;
@@ -102,6 +104,25 @@ interface EntryResult {
   readonly lastModified?: string;
   readonly resource?: Record<string, unknown>;
 }
+
+/** The type and identifier a conditional entry (PUT `Type?identifier=`, POST `ifNoneExist`) matches on; undefined for any other or a malformed one. */
+const conditionalMatchOf = (entry: Entry): { type: ResourceType; token: Token } | undefined => {
+  try {
+    const [path, query] = entry.request.url.replace(/^\/+/, '').split('?', 2) as [string, string | undefined];
+    const [type, rawId, ...rest] = path.split('/');
+    if (rawId !== undefined || rest.length > 0) return undefined;
+    const def = definitionOf(type ?? '');
+    if (entry.request.method === 'PUT') {
+      const identifier = new URLSearchParams(query ?? '').get('identifier');
+      return identifier ? { type: def.type, token: tokenOf(identifier) } : undefined;
+    }
+    if (entry.request.method === 'POST' && entry.request.ifNoneExist)
+      return { type: def.type, token: ifNoneExistToken(entry.request.ifNoneExist, 'request.ifNoneExist') };
+  } catch {
+    // The entry's own run reports what is wrong with it.
+  }
+  return undefined;
+};
 
 /**
  * Runs a transaction Bundle for `principal` as decisions of `uow`.
@@ -217,6 +238,14 @@ export const transaction = async (
     }
   };
 
+  // What the conditional entries look up (their identifiers' reservations and the resources those
+  // name), in two reads instead of two per entry. An entry that cannot be read here is left to its
+  // own run, which reports it with its index.
+  await prefetchMatches(
+    uow,
+    principal.tenantId,
+    entries.flatMap((entry) => conditionalMatchOf(entry) ?? []),
+  );
   const resolved = new Map<string, string>();
   const results: EntryResult[] = new Array(entries.length);
   for (const index of order) {
