@@ -105,13 +105,30 @@ interface EntryResult {
   readonly resource?: Record<string, unknown>;
 }
 
+/**
+ * What an entry's `request.url` names: the resource type's definition, the id after it (raw), and
+ * the query.
+ * @throws {DomainError} 400 for an unknown type or a longer path.
+ */
+const requestTarget = (entry: Entry) => {
+  const [path, query] = entry.request.url.replace(/^\/+/, '').split('?', 2) as [string, string | undefined];
+  const [type, rawId, ...rest] = path.split('/');
+  const def = definitionOf(type ?? '');
+  if (rest.length)
+    throw new DomainError(
+      'invalid',
+      'UnsupportedUrl',
+      `request.url ${entry.request.url} is not supported`,
+      'request.url',
+    );
+  return { def, rawId, query };
+};
+
 /** The type and identifier a conditional entry (PUT `Type?identifier=`, POST `ifNoneExist`) matches on; undefined for any other or a malformed one. */
 const conditionalMatchOf = (entry: Entry): { type: ResourceType; token: Token } | undefined => {
   try {
-    const [path, query] = entry.request.url.replace(/^\/+/, '').split('?', 2) as [string, string | undefined];
-    const [type, rawId, ...rest] = path.split('/');
-    if (rawId !== undefined || rest.length > 0) return undefined;
-    const def = definitionOf(type ?? '');
+    const { def, rawId, query } = requestTarget(entry);
+    if (rawId !== undefined) return undefined;
     if (entry.request.method === 'PUT') {
       const identifier = new URLSearchParams(query ?? '').get('identifier');
       return identifier ? { type: def.type, token: tokenOf(identifier) } : undefined;
@@ -179,16 +196,7 @@ export const transaction = async (
   }
 
   const runEntry = async (entry: Entry, resolved: Map<string, string>): Promise<EntryResult> => {
-    const [path, query] = entry.request.url.replace(/^\/+/, '').split('?', 2) as [string, string | undefined];
-    const [type, rawId, ...rest] = path.split('/');
-    const def = definitionOf(type ?? '');
-    if (rest.length)
-      throw new DomainError(
-        'invalid',
-        'UnsupportedUrl',
-        `request.url ${entry.request.url} is not supported`,
-        'request.url',
-      );
+    const { def, rawId, query } = requestTarget(entry);
     const resource = entry.resource ? (resolveReferences(entry.resource, resolved) as Content) : undefined;
     // Same rules as the If-Match header: W/"3" or "3", anything else is 400 (not a 412 for NaN).
     const ifMatch = ifMatchOf(entry.request.ifMatch || undefined);
