@@ -284,8 +284,11 @@ export interface AppendHook {
    * @param events the events as they will be stored, but without positions (not known yet).
    */
   calls?(events: readonly PendingEvent[]): readonly InlineCall[] | undefined;
-  /** Told after an append that ran {@link calls} committed (what {@link apply} tells at its end). */
-  called?(): void;
+  /**
+   * Told after an append that ran {@link calls} committed (what {@link apply} tells at its end).
+   * @param calls the calls it ran.
+   */
+  called?(calls: readonly InlineCall[]): void;
 }
 
 /** An event of an append not yet made: as it will be recorded, without its position. */

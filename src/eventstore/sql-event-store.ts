@@ -843,7 +843,7 @@ export class SqlEventStore implements EventStore {
         if (!outcome && alone) outcome = (await esAppend(this.sql)).outcome;
         if (!outcome && calls) {
           outcome = await esAppendInline(calls);
-          if (outcome) hook?.called?.();
+          if (outcome) hook?.called?.(calls);
           else calls = undefined;
         }
         outcome ??= await this.sql.transaction(async (tx) => {

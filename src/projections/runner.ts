@@ -250,8 +250,11 @@ export interface ProjectionRunnerOptions {
 
 export class ProjectionRunner {
   readonly mode: 'inline' | 'async';
-  /** Emits after projections applied events (inline appends, catch-up batches). */
-  readonly applied$ = new Subject<void>();
+  /**
+   * Emits after projections applied events: the names of those that applied some (an inline
+   * append), or undefined when any may have (catch-up and follow batches).
+   */
+  readonly applied$ = new Subject<ReadonlySet<string> | undefined>();
   /** Async mode: the position every live projection has applied, once known. */
   private progress: Position | undefined;
   private readonly progress$ = new Subject<Position>();
@@ -404,6 +407,7 @@ export class ProjectionRunner {
       unknownProjection: unknown,
       apply: async (tx, events, statuses, failures) => {
         if (events.length === 0) return;
+        const applied = new Set<string>();
         for (const [name, status] of statuses)
           if (status === 'live' && !this.byName.has(name)) throw unknown(name);
         for (const projection of inline) {
@@ -418,6 +422,7 @@ export class ProjectionRunner {
               false,
               `read model ${projection.name} is stopped (see /readyz); this write was refused until it is rebuilt`,
             );
+          applied.add(projection.name);
           if (failures.has(projection.name)) {
             await this.applyIsolating(projection, relevant, tx);
             continue;
@@ -429,7 +434,7 @@ export class ProjectionRunner {
             throw error;
           }
         }
-        queueMicrotask(() => this.applied$.next());
+        queueMicrotask(() => this.applied$.next(applied));
       },
       calls: (events) => {
         const calls: InlineCall[] = [];
@@ -443,7 +448,7 @@ export class ProjectionRunner {
         }
         return calls;
       },
-      called: () => queueMicrotask(() => this.applied$.next()),
+      called: (calls) => queueMicrotask(() => this.applied$.next(new Set(calls.map((c) => c.projection)))),
     };
   }
 
@@ -594,7 +599,7 @@ export class ProjectionRunner {
         );
       return count;
     });
-    this.applied$.next();
+    this.applied$.next(undefined);
     return read;
   }
 
@@ -725,7 +730,7 @@ export class ProjectionRunner {
     const reached = (position: Position) => {
       this.progress = position;
       this.progress$.next(position);
-      this.applied$.next();
+      this.applied$.next(undefined);
     };
     let read = 0;
     while (!signal?.aborted && checkpoints.size > 0) {

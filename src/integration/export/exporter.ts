@@ -34,6 +34,7 @@ import { newId } from '../../domain/ids.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
 import { referenceId } from '../../fhir/references.js';
 import type { Metrics } from '../../metrics.js';
+import { exportOutboxProjection } from '../../projections/export-outbox.js';
 import { readResource, searchResources } from '../../projections/resources.js';
 import type { ProjectionRunner } from '../../projections/runner.js';
 import { generateNarrative } from '../../sdc/narrative.js';
@@ -334,9 +335,15 @@ export class Exporter {
   }
 
   private async follow(signal: AbortSignal): Promise<void> {
-    // New outbox rows wake the loop at once when the runner is in this process; so does a
-    // delivery that finished (a slot is free). A wake during a pass makes the next pass start at once.
-    const applied = this.deps.runner.applied$.subscribe({ next: () => this.wake() });
+    // New outbox rows wake the loop at once when the runner is in this process (an append that
+    // changed no outbox row does not: it woke a pass of two queries per append under load); so
+    // does a delivery that finished (a slot is free). A wake during a pass makes the next pass
+    // start at once.
+    const applied = this.deps.runner.applied$.subscribe({
+      next: (names) => {
+        if (!names || names.has(exportOutboxProjection.name)) this.wake();
+      },
+    });
     const wake = (resolve: () => void) => {
       this.wakers.add(resolve);
       return () => this.wakers.delete(resolve);
