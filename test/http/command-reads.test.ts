@@ -9,8 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { expect } from 'chai';
 import { GENERAL, seed, startTestApp, type TestApp } from '../support/app.js';
-import { type TestDatabase, testDatabases } from '../support/databases.js';
-import { recordingSql } from '../support/sql.js';
+import { recordingDatabase, testDatabases } from '../support/databases.js';
 
 const ROLE_NEW = 'https://casebook.example/fhir/role/new';
 const ROLE_FIND = 'https://casebook.example/fhir/role/find';
@@ -23,14 +22,7 @@ for (const database of testDatabases) {
     let app: TestApp;
 
     before(async () => {
-      const recorded: TestDatabase = {
-        name: database.name,
-        open: async () => {
-          const opened = await database.open();
-          return { ...opened, sql: recordingSql(statements)(opened.sql) };
-        },
-      };
-      app = await startTestApp(recorded);
+      app = await startTestApp(recordingDatabase(database, statements));
       await seed(app);
     });
     after(() => app?.close());

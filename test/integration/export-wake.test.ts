@@ -6,9 +6,8 @@
  */
 import { expect } from 'chai';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
-import { type TestDatabase, testDatabases } from '../support/databases.js';
+import { recordingDatabase, testDatabases } from '../support/databases.js';
 import { fhir } from '../support/fhir.js';
-import { recordingSql } from '../support/sql.js';
 
 for (const database of testDatabases) {
   describe(`the report exporter's wake-ups on ${database.name}`, () => {
@@ -16,15 +15,10 @@ for (const database of testDatabases) {
     let app: TestApp;
 
     before(async () => {
-      const recorded: TestDatabase = {
-        name: database.name,
-        open: async () => {
-          const opened = await database.open();
-          return { ...opened, sql: recordingSql(statements)(opened.sql) };
-        },
-      };
       // A sink nobody listens on: nothing here is delivered, only the exporter's passes count.
-      app = await startTestApp(recorded, { env: { EXPORT_SINK: 'http://127.0.0.1:9/reports' } });
+      app = await startTestApp(recordingDatabase(database, statements), {
+        env: { EXPORT_SINK: 'http://127.0.0.1:9/reports' },
+      });
       await seed(app);
     });
     after(() => app?.close());

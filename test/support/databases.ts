@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { PgliteSql, PostgresSql, type Sql } from '../../src/db/sql.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
+import { recordingSql } from './sql.js';
 
 export const POSTGRES_TEST_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -66,6 +67,19 @@ const postgres: TestDatabase = {
 
 /** Both SQL databases; tests loop over this list so every behaviour is asserted on each. */
 export const testDatabases: readonly TestDatabase[] = [pglite, postgres];
+
+/**
+ * `database`, with every statement sent through what it opens written down in `statements`
+ * (`recordingSql`): for tests that count what a request sends (a casebook started on it with
+ * `startTestApp`).
+ */
+export const recordingDatabase = (database: TestDatabase, statements: string[]): TestDatabase => ({
+  name: database.name,
+  open: async () => {
+    const opened = await database.open();
+    return { ...opened, sql: recordingSql(statements)(opened.sql) };
+  },
+});
 
 /** What a test opened, closed after it, newest first ({@link closeAfterEach}). */
 export type Cleanups = (() => Promise<void>)[];
