@@ -4,7 +4,7 @@
  */
 
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -128,8 +128,11 @@ program
     await listen(casebook);
   });
 
-/** Serves casebook's HTTP hosts until SIGINT/SIGTERM, then closes everything. */
-const listen = async (casebook: Casebook): Promise<void> => {
+/**
+ * Serves casebook's HTTP hosts until SIGINT/SIGTERM, then closes everything.
+ * @param closed runs once casebook is closed, before the process exits.
+ */
+const listen = async (casebook: Casebook, closed?: () => void): Promise<void> => {
   const { config } = casebook;
   const server: Server = createHttpApp(casebook).listen(config.port, config.host);
   await once(server, 'listening');
@@ -147,6 +150,7 @@ const listen = async (casebook: Casebook): Promise<void> => {
     server.close();
     server.closeAllConnections();
     await casebook.close();
+    closed?.();
     process.exit(0);
   };
   process.once('SIGINT', shutdown);
@@ -162,9 +166,13 @@ program
   .action(async (o: { sinkPort: string }) => {
     const launcherSecret = generateSecret();
     const sharedSecret = generateSecret();
+    // A fresh data directory per run (its secrets are new each run), removed when the demo stops.
+    const temporary = process.env.DATA_DIR
+      ? undefined
+      : mkdtempSync(join(tmpdir(), 'casebook-hospital-demo-'));
     const config = loadConfig({
       ...process.env,
-      DATA_DIR: process.env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'casebook-hospital-demo-')),
+      DATA_DIR: process.env.DATA_DIR ?? temporary,
       EXPORT_SINK: `http://127.0.0.1:${o.sinkPort}/reports`,
       LAUNCHER_CLIENT_ID: 'hospital-launcher',
       LAUNCHER_CLIENT_SECRET: launcherSecret,
@@ -235,8 +243,12 @@ program
         },
       ],
     });
-    await listen(casebook);
-    console.log(`\ncasebook hospital demo: data in ${config.dataDir}, reports go to ${config.exportSink}`);
+    await listen(casebook, () => {
+      if (temporary) rmSync(temporary, { recursive: true, force: true });
+    });
+    console.log(
+      `\ncasebook hospital demo: data in ${config.dataDir}${temporary ? ' (removed when the demo stops)' : ''}, reports go to ${config.exportSink}`,
+    );
     console.log('\nOpen the demo EHR in a browser; its link signs a fresh launch URL on every click:\n');
     console.log(`  http://127.0.0.1:${o.sinkPort}/\n`);
     console.log('Or open this signed launch URL directly (valid for 5 minutes, once):\n');

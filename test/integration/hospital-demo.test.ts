@@ -5,6 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { expect } from 'chai';
 import type { Browser } from 'playwright-core';
 import { chromiumMissing, launchBrowser } from '../app/support.js';
@@ -113,5 +114,12 @@ describe('README hospital walkthrough: npm run hospital-demo', function () {
     await page.goto(ehr);
     await page.getByRole('link', { name: /Write the chest X-ray report/ }).click();
     await page.waitForURL(/\/app\/tasks\/\d+\/report/);
+
+    // The demo made its own data directory: stopping it removes it.
+    const dataDir = (await waitFor(/data in (\S+) \(removed when the demo stops\)/, 1000))[1]!;
+    expect(existsSync(dataDir), dataDir).to.equal(true);
+    demo.kill('SIGTERM');
+    await once(demo, 'exit');
+    expect(existsSync(dataDir), `${dataDir} left behind`).to.equal(false);
   });
 });
