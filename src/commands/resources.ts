@@ -19,6 +19,7 @@ import {
   resourceStream,
 } from '../domain/fhir/resource.js';
 import { identifierKey, reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
+import { MAX_IDENTIFIERS } from '../fhir/common.schema.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
 import type { Token } from '../fhir/resources.js';
@@ -87,6 +88,24 @@ const checkReferences = async (
       );
     uow.require(resourceStream(ref.resourceType, ref.id));
   }
+};
+
+/**
+ * Refuses content holding more than {@link MAX_IDENTIFIERS} identifiers (docs/interface.md §8). The
+ * schemas bound what a client sends; this bounds what a write would store once a conditional
+ * interaction adds its match or merges with the identifiers already held.
+ * @throws {DomainError} 422 `invalid` on `Type.identifier`.
+ */
+const checkIdentifierCount = (def: ResourceDefinition, content: Content) => {
+  const count = identifiersOf(content).length;
+  if (count > MAX_IDENTIFIERS)
+    throw new DomainError(
+      'unprocessable',
+      'TooManyIdentifiers',
+      `the ${def.type} would hold ${count} identifiers; at most ${MAX_IDENTIFIERS} (docs/interface.md §8)`,
+      `${def.type}.identifier`,
+      { issueCode: 'invalid' },
+    );
 };
 
 const reservationOf = (type: ResourceType, tenantId: number, { system, value }: Identifier) =>
@@ -258,6 +277,7 @@ export const createResource = async (
   content: Content,
   options: CreateOptions = {},
 ): Promise<WriteResult> => {
+  checkIdentifierCount(def, content);
   await checkReferences(uow, def, tenantId, content);
   const id = await allocateId(uow.ctx.sql, def.type);
   const reserved = def.uniqueIdentifiers ? identifiersOf(content) : (options.reserve ?? []);
@@ -334,6 +354,7 @@ export const updateResource = async (
     const existing = identifiersOf(state.resource);
     next = { ...next, identifier: [...existing, ...minus(identifiersOf(content), existing)] };
   }
+  checkIdentifierCount(def, next);
   const decider = resourceDecider(def.type);
   const command = { type: 'UpdateResource' as const, resource: next, now: uow.now };
   // An update that changes nothing decides nothing (the decider is pure: asking first is free).

@@ -26,8 +26,14 @@ import { conditionalCreate, conditionalUpdate, create, ifNoneExistToken, remove,
 import type { UnitOfWork } from './handler.js';
 import { prefetchMatches, type WriteResult } from './resources.js';
 
-/** Upper bound on entries per transaction. */
+/** Upper bound on entries per transaction (docs/interface.md §8). */
 export const MAX_ENTRIES = 200;
+/**
+ * Upper bound on the identifiers of all entries' resources together (docs/interface.md §8). Each is
+ * a reservation stream of the one append: 200 entries of 100 identifiers would be 20,000 streams,
+ * seconds of the database's time for one request.
+ */
+export const MAX_BUNDLE_IDENTIFIERS = 1000;
 
 const bundleSchema = z.object({
   resourceType: z.literal('Bundle', { error: 'resourceType must be Bundle' }),
@@ -162,6 +168,17 @@ export const transaction = async (
       'Bundle',
     );
   const entries = parsed.data.entry;
+  const identifierCount = entries.reduce(
+    (n, e) => n + (Array.isArray(e.resource?.identifier) ? e.resource.identifier.length : 0),
+    0,
+  );
+  if (identifierCount > MAX_BUNDLE_IDENTIFIERS)
+    throw new DomainError(
+      'invalid',
+      'BundleTooLarge',
+      `the entries' resources hold ${identifierCount} identifiers in all; a transaction takes at most ${MAX_BUNDLE_IDENTIFIERS} (docs/interface.md §8)`,
+      'Bundle.entry',
+    );
 
   // Order: FHIR's method order, but an entry runs only after the entries it references by urn:uuid.
   const fullUrls = new Map(

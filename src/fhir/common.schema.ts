@@ -1,5 +1,6 @@
 /** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
 import { z } from 'zod';
+import { MAX_RESOURCE_ID, resourceIdIn } from './references.js';
 
 /** docs/interface.md §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
 export const identifier = z
@@ -20,14 +21,30 @@ export const identifier = z
   .strict();
 
 /**
- * A list of identifiers. The same `system|value` twice is refused (422 at the repeat): an
- * identifier is held once, and its reservation can be claimed once.
+ * Most identifiers one resource holds (docs/interface.md §8). Each identifier of a type with unique
+ * identifiers is a reservation stream written with the resource: without a bound, one request of
+ * a megabyte could write tens of thousands of streams and hold the database for seconds.
  */
-export const identifierList = z.array(identifier).superRefine((list, ctx) => {
+export const MAX_IDENTIFIERS = 100;
+
+/** Identifiers of a resource: at most {@link MAX_IDENTIFIERS} (422 beyond). */
+export const identifiers = z
+  .array(identifier)
+  .max(MAX_IDENTIFIERS, `holds more than ${MAX_IDENTIFIERS} identifiers (docs/interface.md §8)`);
+
+/**
+ * A list of identifiers, at most {@link MAX_IDENTIFIERS}. The same `system|value` twice is refused
+ * (422 at the repeat): an identifier is held once, and its reservation can be claimed once.
+ */
+export const identifierList = identifiers.superRefine((list, ctx) => {
+  // One pass with a map: linear in the list, whatever a client sends.
+  const firstAt = new Map<string, number>();
   list.forEach((entry, index) => {
     if (typeof entry?.system !== 'string' || typeof entry?.value !== 'string') return;
-    const first = list.findIndex((other) => other?.system === entry.system && other?.value === entry.value);
-    if (first < index)
+    const key = JSON.stringify([entry.system, entry.value]);
+    const first = firstAt.get(key);
+    if (first === undefined) firstAt.set(key, index);
+    else
       ctx.addIssue({
         code: 'custom',
         path: [index],
@@ -66,17 +83,27 @@ export const fhirDateTime = z
     'is not a valid dateTime',
   );
 
-/** A literal reference to a resource of `type` on this server: `{ "reference": "Type/<id>" }`. */
-export const reference = (type: string) =>
-  z
+/**
+ * A literal reference to a resource of `type` on this server: `{ "reference": "Type/<id>" }`, its id
+ * one casebook can hold (docs/interface.md §8; a larger one would name no resource, and go unchecked).
+ */
+export const reference = (type: string) => {
+  const pattern = new RegExp(`^${type}/\\d{1,10}$`);
+  return z
     .object({
       reference: z
         .string()
-        .regex(new RegExp(`^${type}/\\d{1,10}$`), `must reference a ${type} as ${type}/<id>`),
+        .regex(pattern, `must reference a ${type} as ${type}/<id>`)
+        .refine(
+          // Only a reference of the right form is checked: a malformed one gets the message above.
+          (v) => !pattern.test(v) || resourceIdIn(v.slice(type.length + 1)) !== undefined,
+          `must reference a ${type} by an id of at most ${MAX_RESOURCE_ID}`,
+        ),
       display: z.string().optional(),
       type: z.literal(type).optional(),
     })
     .strict();
+};
 
 /** docs/interface.md §2.5: only prefix, given, family and text of a name are used; use, suffix, period… are ignored. */
 export const humanName = z

@@ -12,9 +12,20 @@ export interface ReferenceForms {
   readonly version?: boolean;
 }
 
+/** The largest resource id (docs/interface.md §8): ids are PostgreSQL `integer`s. */
+export const MAX_RESOURCE_ID = 2_147_483_647;
+
+/**
+ * The resource id that `text` spells (1 to 10 decimal digits, at most {@link MAX_RESOURCE_ID}), or
+ * undefined. A longer or larger number names nothing casebook holds (docs/interface.md §8): callers
+ * answer it as unknown, and it must never reach SQL, where it overflows `integer`.
+ */
+export const resourceIdIn = (text: string): number | undefined =>
+  /^\d{1,10}$/.test(text) && Number(text) <= MAX_RESOURCE_ID ? Number(text) : undefined;
+
 /**
  * The id of `type` that the literal reference text `ref` names (`Patient/12` → 12), or undefined.
- * Ids are 32-bit (docs/interface.md §2.1). Parsed without a regular expression built from `type`.
+ * Ids are 32-bit (docs/interface.md §8). Parsed without a regular expression built from `type`.
  */
 export const idInReference = (ref: string, type: string, forms: ReferenceForms = {}): number | undefined => {
   const parts = ref.split('/');
@@ -22,8 +33,7 @@ export const idInReference = (ref: string, type: string, forms: ReferenceForms =
     parts.splice(-2);
   const [id, named] = [parts.at(-1)!, parts.at(-2)];
   if (named !== type || (parts.length > 2 && !forms.absolute)) return undefined;
-  if (!/^\d{1,10}$/.test(id) || Number(id) > 2_147_483_647) return undefined;
-  return Number(id);
+  return resourceIdIn(id);
 };
 
 /** The id of a literal relative reference `Type/<id>` (e.g. `Patient/12`) in a Reference, or undefined. */

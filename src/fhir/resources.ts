@@ -8,6 +8,7 @@ import { ZodError } from 'zod';
 import { DomainError } from '../domain/decider.js';
 import { type Content, isResourceType } from '../domain/fhir/resource.js';
 import { DEFINITIONS, type ResourceDefinition } from './definitions.js';
+import { resourceIdIn } from './references.js';
 
 /** Tag system naming a Questionnaire's project on create (docs/interface.md §5.3 rule 3). */
 export const PROJECT_TAG_SYSTEM = 'https://casebook.dev/fhir/CodeSystem/project';
@@ -37,9 +38,10 @@ export const definitionOf = (type: string): ResourceDefinition => {
   return DEFINITIONS[type];
 };
 
-/** A resource id as an integer. @throws {DomainError} 404 when it is not one (ids are integers, docs/interface.md §2.1). */
+/** A resource id as an integer. @throws {DomainError} 404 when it is not one (ids are integers of at most 2,147,483,647, docs/interface.md §8). */
 export const idOf = (type: string, raw: string | undefined): number => {
-  if (!raw || !/^\d{1,10}$/.test(raw) || Number(raw) > 2_147_483_647)
+  const id = raw === undefined ? undefined : resourceIdIn(raw);
+  if (id === undefined)
     throw new DomainError(
       'not_found',
       'ResourceNotFound',
@@ -47,7 +49,7 @@ export const idOf = (type: string, raw: string | undefined): number => {
       undefined,
       { issueCode: 'not-found' },
     );
-  return Number(raw);
+  return id;
 };
 
 /**

@@ -1,6 +1,6 @@
 /** zod schemas of Task (docs/interface.md §2.6, §3.2), Questionnaire and QuestionnaireResponse (docs/interface.md §2.6). */
 import { z } from 'zod';
-import { codeableConcept, defined, envelope, fhirDateTime, identifier, reference } from './common.schema.js';
+import { codeableConcept, defined, envelope, fhirDateTime, identifiers, reference } from './common.schema.js';
 
 /** docs/interface.md §2.6: the Task statuses casebook works with. */
 export const taskStatus = z.enum(['draft', 'ready', 'in-progress', 'completed', 'failed']);
@@ -13,7 +13,7 @@ const parameter = z
 
 const taskFields = {
   ...envelope('Task'),
-  identifier: z.array(identifier).optional(),
+  identifier: identifiers.optional(),
   status: taskStatus,
   intent: z.enum([
     'unknown',
@@ -80,7 +80,7 @@ export const questionnaireSchema = z
     ...envelope('Questionnaire'),
     url: z.string().url().optional(),
     version: z.string().optional(),
-    identifier: z.array(identifier).optional(),
+    identifier: identifiers.optional(),
     name: z.string().optional(),
     title: z.string().optional(),
     status: z.enum(['draft', 'active', 'retired', 'unknown']),
@@ -113,7 +113,7 @@ const responseItem: z.ZodType<Record<string, unknown>> = z.lazy(() =>
 export const questionnaireResponseSchema = z
   .object({
     ...envelope('QuestionnaireResponse'),
-    identifier: z.array(identifier).optional(),
+    identifier: identifiers.optional(),
     questionnaire: z.string().min(1, 'questionnaire (a canonical URL) is required'),
     status: z.enum(['in-progress', 'completed', 'amended', 'entered-in-error', 'stopped']),
     subject: reference('Patient').optional(),
@@ -133,7 +133,7 @@ export const valueSetSchema = z
     ...envelope('ValueSet'),
     url: z.string().url().optional(),
     version: z.string().optional(),
-    identifier: z.array(identifier).optional(),
+    identifier: identifiers.optional(),
     name: z.string().optional(),
     title: z.string().optional(),
     status: z.enum(['draft', 'active', 'retired', 'unknown']),

@@ -12,6 +12,7 @@ import type { Context, Next } from 'koa';
 import type { Casebook } from '../casebook.js';
 import { newId } from '../domain/ids.js';
 import type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../fhir/audit-event.js';
+import { resourceIdIn } from '../fhir/references.js';
 
 /** What a route tells the audit middleware. */
 export interface AuditNote {
@@ -58,11 +59,10 @@ const defaultInteraction = (ctx: Context, action: AuditAction): string => {
 
 const defaultEntities = (ctx: Context): AuditEntity[] => {
   const params = ctx.params as { type?: string; id?: string } | undefined;
-  if (!params?.type || !params.id || !/^[A-Z][A-Za-z]+$/.test(params.type) || !/^\d{1,10}$/.test(params.id))
-    return [];
-  const id = Number(params.id);
-  // Ids are 32-bit (docs/interface.md §2.1): a larger number names nothing casebook holds.
-  if (id > 2_147_483_647) return [];
+  if (!params?.type || !params.id || !/^[A-Z][A-Za-z]+$/.test(params.type)) return [];
+  // A larger number than an id can be names nothing casebook holds (docs/interface.md §8).
+  const id = resourceIdIn(params.id);
+  if (id === undefined) return [];
   return [{ reference: `${params.type}/${id}`, ...(params.type === 'Patient' ? { patientId: id } : {}) }];
 };
 

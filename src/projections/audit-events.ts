@@ -11,6 +11,7 @@ import {
   isAuditEventType,
 } from '../domain/audit/audit.js';
 import { agentKeys, auditEventsIn, CLIENT_SYSTEM, outcomeCode, SESSION_SYSTEM } from '../fhir/audit-event.js';
+import { MAX_RESOURCE_ID } from '../fhir/references.js';
 import type { Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
@@ -43,7 +44,7 @@ export const auditIndex = (event: AuditEventResource) => {
     ...new Set(
       patientRefs.flatMap((r) => {
         const m = typeof r === 'string' ? /^Patient\/(\d{1,10})$/.exec(r) : null;
-        return m && Number(m[1]) <= 2_147_483_647 ? [Number(m[1])] : [];
+        return m && Number(m[1]) <= MAX_RESOURCE_ID ? [Number(m[1])] : [];
       }),
     ),
   ];
@@ -52,11 +53,9 @@ export const auditIndex = (event: AuditEventResource) => {
   return { agents: [...new Set(agents)], entities: [...new Set(entities)], patients, outcome, code };
 };
 
-const MAX_ID = 2_147_483_647;
-
 /** A patient id the resource's `Patient/<id>` reference would be indexed by. */
 const isPatientNumber = (n: unknown): n is number =>
-  typeof n === 'number' && Number.isInteger(n) && n >= 0 && n <= MAX_ID;
+  typeof n === 'number' && Number.isInteger(n) && n >= 0 && n <= MAX_RESOURCE_ID;
 
 /**
  * What the AuditEvent of `record` is searched by, read off the record without rendering the
@@ -80,7 +79,7 @@ export const recordIndex = (record: AuditRecord): ReturnType<typeof auditIndex> 
       type === 'Session' ? `${SESSION_SYSTEM}|${entity.reference.slice(slash + 1)}` : entity.reference,
     );
     const own = type === 'Patient' ? /^Patient\/(\d{1,10})$/.exec(entity.reference) : null;
-    if (own && Number(own[1]) <= MAX_ID) patients.push(Number(own[1]));
+    if (own && Number(own[1]) <= MAX_RESOURCE_ID) patients.push(Number(own[1]));
     if (type !== 'Patient' && isPatientNumber(entity.patientId)) patients.push(entity.patientId);
   }
   return {

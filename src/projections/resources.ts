@@ -290,7 +290,7 @@ const readRow = batchedOnShared(readRows, READ_BATCH_MAX);
  * missing. Reads that arrive together on the pool share one statement (docs/architecture.md
  * "Reads"): a read sent while another is in flight waits for it, so it sees every write committed
  * before it was asked, as a read of its own would.
- * @param id a resource id (docs/interface.md §2.1: 1 to 2,147,483,647).
+ * @param id a resource id (docs/interface.md §8: at most 2,147,483,647).
  */
 export const readResource = async (
   sql: Sql,

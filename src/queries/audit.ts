@@ -9,6 +9,7 @@ import type { Sql } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
 import { mayAtAll, type Principal } from '../fhir/access.js';
 import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
+import { resourceIdIn } from '../fhir/references.js';
 import type { Permission } from '../fhir/scopes.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
 
@@ -47,7 +48,8 @@ const values = (params: Params, name: string): string[] => {
 const patientIdOf = (text: string): number => {
   const m = /^(?:Patient\/)?(\d{1,10})$/.exec(text);
   if (!m) throw invalid('patient', `patient=${text} must be Patient/<id> or <id>`);
-  return Number(m[1]);
+  // A larger id names no patient (docs/interface.md §8): it matches nothing.
+  return resourceIdIn(m[1]!) ?? -1;
 };
 
 const DATE =

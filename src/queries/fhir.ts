@@ -15,7 +15,7 @@ import {
 import type { EventStore } from '../eventstore/port.js';
 import { authorize, isAllowed, mayAtAll, type Principal, targetOf } from '../fhir/access.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
-import { toFhirResource } from '../fhir/references.js';
+import { MAX_RESOURCE_ID, referenceId, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
 import { SEARCH_PARAMETERS, type SearchParameter } from '../fhir/search.js';
 import {
@@ -161,7 +161,7 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
     else if (name === '_cursor') {
       // `<key>`: the page after key (next); `p<key>`: the page before it (previous).
       const cursor = /^(p?)(\d{1,10})$/.exec(value);
-      if (!cursor || Number(cursor[2]) > 2_147_483_647)
+      if (!cursor || resourceIdIn(cursor[2]!) === undefined)
         throw new DomainError(
           'invalid',
           'InvalidCursor',
@@ -346,7 +346,7 @@ const decodePageCursor = (text: string): Cursor => {
     value[1].length > 2048 ||
     !Number.isInteger(value[2]) ||
     value[2] < 0 ||
-    value[2] > 2_147_483_647 ||
+    value[2] > MAX_RESOURCE_ID ||
     typeof value[3] !== 'string'
   )
     throw invalid();
@@ -489,11 +489,13 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
             `${name}=${v} must be ${target}/<id> or <id>`,
             name,
           );
-        return Number(idText);
+        // A larger id names nothing (docs/interface.md §8): it matches no resource.
+        return resourceIdIn(idText) ?? -1;
       });
     switch (parameter.kind) {
       case 'id':
-        criteria.ids = alternatives.map((v) => (/^\d{1,10}$/.test(v) ? Number(v) : -1));
+        // Not an id casebook can hold (docs/interface.md §8): it matches nothing.
+        criteria.ids = alternatives.map((v) => resourceIdIn(v) ?? -1);
         break;
       case 'token':
         criteria.identifiers = alternatives.map(tokenOf);
@@ -523,7 +525,7 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
   const by = sort?.by ?? '_id';
   if (
     cursor &&
-    ((by === '_id' && !/^\d{1,10}$/.test(cursor.key.value)) ||
+    ((by === '_id' && resourceIdIn(cursor.key.value) === undefined) ||
       (by === '_lastUpdated' &&
         (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(cursor.key.value) ||
           Number.isNaN(Date.parse(cursor.key.value)))))
@@ -668,10 +670,8 @@ const referencedIds = (
     for (const element of elements) {
       const value = row.resource[element];
       for (const ref of Array.isArray(value) ? value : [value]) {
-        const m = /^Practitioner\/(\d{1,10})$/.exec(
-          String((ref as { reference?: unknown } | undefined)?.reference ?? ''),
-        );
-        if (m && type === 'Practitioner') ids.add(Number(m[1]));
+        const id = referenceId(ref, 'Practitioner');
+        if (id !== undefined && type === 'Practitioner') ids.add(id);
       }
     }
   return [...ids];

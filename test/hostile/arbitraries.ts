@@ -91,6 +91,7 @@ export const hostileId: fc.Arbitrary<string> = fc.oneof(
     '0x10',
     '2147483647',
     '2147483648',
+    '9999999999',
     '99999999999999999999',
     '9'.repeat(400),
     'abc',

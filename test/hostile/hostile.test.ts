@@ -424,6 +424,85 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
     },
   },
   {
+    // Searches were missing here: a 10-digit id beyond 2,147,483,647 as _id, a reference, or a
+    // cursor key answered 500 (stop 26; test/http/edge/limits.test.ts).
+    name: 'searches (GET /{type}?…)',
+    shape: (w) => {
+      const cursor = fc
+        .tuple(
+          fc.constantFrom('n', 'p', 'x'),
+          fc.oneof(hostileId, fc.constant('2026-01-01T00:00:00.000000Z')),
+          fc.oneof(fc.integer(), fc.constantFrom(2_147_483_648, -1, 1.5)),
+          fc.constantFrom('', '_id', '-_lastUpdated', 'url'),
+        )
+        .map((value) => Buffer.from(JSON.stringify(value)).toString('base64url'));
+      const plausible = fc.oneof(
+        hostileId,
+        hostileId.map((id) => `Patient/${id}`),
+        hostileId.map((id) => `Encounter/${id}`),
+        plausibleIdentifier,
+        cursor,
+        fc.constantFrom(
+          '_id',
+          '-_lastUpdated',
+          'url,-version',
+          'accurate',
+          'none',
+          '10',
+          '0',
+          '1001',
+          'gt2026',
+        ),
+      );
+      const type = fc.constantFrom(
+        'Patient',
+        'Encounter',
+        'Task',
+        'QuestionnaireResponse',
+        'Questionnaire',
+        'AuditEvent',
+      );
+      // One id-valued parameter alone, an id at the integer's edge half the time.
+      const id = fc.oneof(hostileId, fc.constantFrom('2147483647', '2147483648', '9999999999'));
+      const idSearch = fc
+        .tuple(
+          fc.constantFrom('_id', 'patient', 'encounter', 'subject'),
+          fc.oneof(
+            id,
+            id.map((i) => `Patient/${i}`),
+            id.map((i) => `Encounter/${i}`),
+          ),
+        )
+        .map(([name, value]) => [[name, value]] as [string, string][]);
+      const names = [
+        '_id',
+        'identifier',
+        'patient',
+        'subject',
+        'encounter',
+        '_count',
+        '_sort',
+        '_cursor',
+        '_total',
+        'url',
+      ];
+      return {
+        method: fc.constant('GET'),
+        path: fc
+          .tuple(
+            type,
+            fc.oneof(
+              queryPairs(names, plausible),
+              idSearch,
+              cursor.map((c) => [['_cursor', c]] as [string, string][]),
+            ),
+          )
+          .map(([t, pairs]) => `${w.fhirPath}/${t}${queryString(pairs)}`),
+        headers: clientHeaders,
+      };
+    },
+  },
+  {
     name: 'Patient create (POST /Patient)',
     shape: (w) => ({
       method: fc.constant('POST'),

@@ -10,7 +10,7 @@ import type { CommandContext } from '../../commands/context.js';
 import { DomainError } from '../../domain/decider.js';
 import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
-import { referenceId as fhirReferenceId } from '../../fhir/references.js';
+import { referenceId as fhirReferenceId, resourceIdIn } from '../../fhir/references.js';
 import { type ResourceRow, readResource } from '../../projections/resources.js';
 import type { SessionRow } from '../../projections/sessions.js';
 import { noteAudit } from '../audit.js';
@@ -97,7 +97,7 @@ export const referenceId = (reference: unknown, type: string): number | undefine
 
 /** The Task `id` of the tenant the session may read. @throws {DomainError} 404 / 403. */
 export const loadTask = async (page: PageContext, rawId: string | undefined): Promise<ResourceRow> => {
-  const id = rawId && /^\d{1,10}$/.test(rawId) && Number(rawId) <= 2_147_483_647 ? Number(rawId) : undefined;
+  const id = rawId === undefined ? undefined : resourceIdIn(rawId);
   const row =
     id === undefined ? undefined : await readResource(page.command.sql, 'Task', id, page.session.tenantId);
   if (!row || row.deleted)

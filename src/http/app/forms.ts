@@ -8,6 +8,7 @@ import { execute } from '../../commands/handler.js';
 import { startReport } from '../../commands/reports.js';
 import { DomainError } from '../../domain/decider.js';
 import { isAllowed, targetOf } from '../../fhir/access.js';
+import { resourceIdIn } from '../../fhir/references.js';
 import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
@@ -100,7 +101,7 @@ export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void
       `Task/${task.id} is ${String(task.resource.status)}: its report has already been started`,
     );
   const raw = (ctx.request.body as Record<string, unknown> | undefined)?.questionnaire;
-  const qid = typeof raw === 'string' && /^\d{1,10}$/.test(raw) ? Number(raw) : undefined;
+  const qid = typeof raw === 'string' ? resourceIdIn(raw) : undefined;
   if (qid === undefined)
     throw new DomainError('invalid', 'QuestionnaireRequired', 'choose a form (questionnaire=<id>)');
   const qrow = await readResource(page.command.sql, 'Questionnaire', qid, page.session.tenantId);

@@ -5,6 +5,7 @@ import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
+import { resourceIdIn } from '../../fhir/references.js';
 import { tokenOf } from '../../fhir/resources.js';
 import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
 import { SESSION_COOKIE } from '../auth/sessions.js';
@@ -48,7 +49,7 @@ const findTask = async (ctx: Context, casebook: Casebook, tenantId: number): Pro
     );
   if (task !== undefined) {
     const m = /^(?:Task\/)?(\d{1,10})$/.exec(task.trim());
-    if (!m || Number(m[1]) > 2_147_483_647)
+    if (!m || resourceIdIn(m[1]!) === undefined)
       throw new DomainError(
         'invalid',
         'InvalidTask',

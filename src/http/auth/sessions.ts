@@ -13,6 +13,7 @@ import {
   type HandedOver,
   handOverSession,
 } from '../../commands/sessions.js';
+import { resourceIdIn } from '../../fhir/references.js';
 import { findSession, findSessionByCookie, type SessionRow } from '../../projections/sessions.js';
 import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
@@ -57,13 +58,14 @@ export const sessionBody = (s: SessionRow, now: Date) => ({
 
 const sessionIdParam = (ctx: Context): number => {
   const raw = (ctx.params as { id?: string }).id ?? '';
-  if (!/^\d{1,10}$/.test(raw) || Number(raw) > 2_147_483_647)
+  const id = resourceIdIn(raw);
+  if (id === undefined)
     throw new HttpError(
       404,
       'SessionNotFound',
       'no such session in this data tenant (session ids are integers)',
     );
-  return Number(raw);
+  return id;
 };
 
 /**

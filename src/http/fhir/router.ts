@@ -14,7 +14,7 @@ import { DomainError } from '../../domain/decider.js';
 import { isResourceType, type ResourceType } from '../../domain/fhir/resource.js';
 import type { Principal } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
-import { compartmentOf, toFhirResource } from '../../fhir/references.js';
+import { compartmentOf, resourceIdIn, toFhirResource } from '../../fhir/references.js';
 import { conditionalUpdateStatus, definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
 import { encodeCursor, readAuditEvent, searchAuditEvents } from '../../queries/audit.js';
 import * as queries from '../../queries/fhir.js';
@@ -493,11 +493,12 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const principal = await resolvePrincipal(ctx, casebook);
     noteAudit(ctx, { interaction: 'vread', action: 'R' });
     const vid = ctx.params.vid ?? '';
-    const version = /^\d{1,10}$/.test(vid)
-      ? (await queries.versions(casebook.sql, casebook.store, principal, def, id)).find(
-          (v) => v.versionId === Number(vid),
-        )
-      : undefined;
+    const version =
+      resourceIdIn(vid) !== undefined
+        ? (await queries.versions(casebook.sql, casebook.store, principal, def, id)).find(
+            (v) => v.versionId === Number(vid),
+          )
+        : undefined;
     if (!version)
       throw new DomainError(
         'not_found',

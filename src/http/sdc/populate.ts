@@ -11,6 +11,7 @@ import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
 import { isResourceType } from '../../domain/fhir/resource.js';
 import { authorize, type Principal, targetOf } from '../../fhir/access.js';
+import { resourceIdIn } from '../../fhir/references.js';
 import { idOf } from '../../fhir/resources.js';
 import { readResource } from '../../projections/resources.js';
 import { populate } from '../../sdc/populate.js';
@@ -104,9 +105,9 @@ const readReferenced = async (
       expression,
       { issueCode: 'not-supported' },
     );
-  const row = /^\d{1,10}$/.test(parsed.id)
-    ? await readResource(casebook.sql, parsed.type, idOf(parsed.type, parsed.id), principal.tenantId)
-    : undefined;
+  const id = resourceIdIn(parsed.id);
+  const row =
+    id === undefined ? undefined : await readResource(casebook.sql, parsed.type, id, principal.tenantId);
   if (!row || row.deleted) throw notFound(`${expression}: ${reference.reference} is not known`, expression);
   authorize(principal, 'r', targetOf(row));
   // Issue 14: the operation read this resource; its AuditEvent names it with its patient.
