@@ -63,3 +63,37 @@ export const SEARCH_PARAMETERS: Record<ResourceType, TypeSearch> = {
     },
   },
 };
+
+const SEARCH_DATE =
+  /^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?)?)?$/;
+
+/**
+ * The instants a FHIR search date value covers (R5 search.html "date"): `2026` a year, `2026-03` a
+ * month, `2026-03-01` a day (UTC), or one instant (a date-time with a zone), as `[start, end)`.
+ * Only real calendar values: a month 13, 31 February or hour 25 is undefined, not the date
+ * `Date` would roll it over to (31 February would otherwise search 3 March).
+ * @returns undefined when `text` is not such a value.
+ */
+export const searchDateRange = (text: string): { start: Date; end: Date } | undefined => {
+  const m = SEARCH_DATE.exec(text);
+  if (!m) return undefined;
+  const [, year, month, day, hour, minute, second] = m;
+  const start = new Date(`${year}-${month ?? '01'}-${day ?? '01'}T00:00:00Z`);
+  // Date rolls an impossible day over into the next month: the round trip must give it back.
+  if (
+    Number.isNaN(start.getTime()) ||
+    !start.toISOString().startsWith(`${year}-${month ?? '01'}-${day ?? '01'}`)
+  )
+    return undefined;
+  const end = new Date(start);
+  if (month === undefined) end.setUTCFullYear(end.getUTCFullYear() + 1);
+  else if (day === undefined) end.setUTCMonth(end.getUTCMonth() + 1);
+  else if (hour === undefined) end.setUTCDate(end.getUTCDate() + 1);
+  else {
+    if (Number(hour) > 23 || Number(minute) > 59 || Number(second ?? 0) > 59) return undefined;
+    const instant = new Date(text);
+    if (Number.isNaN(instant.getTime())) return undefined;
+    return { start: instant, end: new Date(instant.getTime() + 1) };
+  }
+  return { start, end };
+};

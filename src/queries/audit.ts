@@ -11,6 +11,7 @@ import { mayAtAll, type Principal } from '../fhir/access.js';
 import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
 import { resourceIdIn } from '../fhir/references.js';
 import type { Permission } from '../fhir/scopes.js';
+import { searchDateRange } from '../fhir/search.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
 
 /** `_count` when none is given, and its maximum. */
@@ -52,24 +53,8 @@ const patientIdOf = (text: string): number => {
   return resourceIdIn(m[1]!) ?? -1;
 };
 
-const DATE =
-  /^(eq|ge|gt|le|lt)?(\d{4}(?:-\d{2}(?:-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?)?)?)$/;
-
-/** The instant range a FHIR date value covers: `2026`, `2026-03`, `2026-03-01`, or an instant. */
-const rangeOf = (text: string): { start: Date; end: Date } => {
-  const year = Number(text.slice(0, 4));
-  if (text.length === 4)
-    return { start: new Date(Date.UTC(year, 0, 1)), end: new Date(Date.UTC(year + 1, 0, 1)) };
-  const month = Number(text.slice(5, 7)) - 1;
-  if (text.length === 7)
-    return { start: new Date(Date.UTC(year, month, 1)), end: new Date(Date.UTC(year, month + 1, 1)) };
-  if (text.length === 10) {
-    const start = new Date(`${text}T00:00:00Z`);
-    return { start, end: new Date(start.getTime() + 86_400_000) };
-  }
-  const instant = new Date(text);
-  return { start: instant, end: new Date(instant.getTime() + 1) };
-};
+/** A date search value: an optional prefix, then the value ({@link searchDateRange}). */
+const DATE = /^(eq|ge|gt|le|lt)?(.*)$/s;
 
 /** Where a page ended: the read model's insertion sequence of its last AuditEvent. */
 export interface AuditCursor {
@@ -174,13 +159,14 @@ export const searchAuditEvents = async (
     where.push(`outcome = ANY(${arg(codes)}::text[])`);
   }
   for (const text of values(params, 'date')) {
-    const m = DATE.exec(text);
-    if (!m)
+    const m = DATE.exec(text)!;
+    const range = searchDateRange(m[2]!);
+    if (!range)
       throw invalid(
         'date',
-        `date=${text} must be a FHIR date or instant with an optional ge/gt/le/lt/eq prefix`,
+        `date=${text} must be a FHIR date or instant (a real calendar date) with an optional ge/gt/le/lt/eq prefix`,
       );
-    const { start, end } = rangeOf(m[2]!);
+    const { start, end } = range;
     switch (m[1] ?? 'eq') {
       case 'ge':
         where.push(`recorded >= ${arg(start.toISOString())}`);

@@ -17,7 +17,7 @@ import { authorize, isAllowed, mayAtAll, type Principal, targetOf } from '../fhi
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, referenceId, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
-import { SEARCH_PARAMETERS, type SearchParameter } from '../fhir/search.js';
+import { SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
 import {
   countResources,
   type KeyedRow,
@@ -117,23 +117,16 @@ export interface HistoryParams {
 }
 
 const instantOf = (name: string, text: string): Date => {
-  // FHIR instant (a date or a date-time with a zone also accepted, as search dates are).
-  if (!/^\d{4}(-\d{2}(-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?)?)?$/.test(text))
+  // FHIR instant (a date or a date-time with a zone also accepted, as search dates are): its start.
+  const range = searchDateRange(text);
+  if (!range)
     throw new DomainError(
       'invalid',
       'InvalidInstant',
       `${name} must be an instant such as 2026-03-01T10:00:00Z`,
       name,
     );
-  const date = new Date(text);
-  if (Number.isNaN(date.getTime()))
-    throw new DomainError(
-      'invalid',
-      'InvalidInstant',
-      `${name} must be an instant such as 2026-03-01T10:00:00Z`,
-      name,
-    );
-  return date;
+  return range.start;
 };
 
 /**

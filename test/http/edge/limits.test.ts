@@ -4,7 +4,8 @@
  * 500 in searches, paging cursors and the AuditEvent search, where it overflowed PostgreSQL's
  * `integer`, and was stored unchecked as a reference), and the identifiers of one resource and of
  * one transaction Bundle are bounded (20,000 identifiers made one request hold the database for
- * seconds: a reservation stream each). Each refusal writes nothing.
+ * seconds: a reservation stream each). A search date that is not on the calendar answers 400 (the
+ * AuditEvent search answered 500). Each refusal writes nothing.
  */
 import { expect } from 'chai';
 import { MAX_BUNDLE_IDENTIFIERS } from '../../../src/commands/transaction.js';
@@ -92,6 +93,26 @@ for (const database of testDatabases) {
         expect(issue.expression).to.deep.equal(['Encounter.subject.reference']);
         expect(issue.diagnostics).to.include(String(MAX_RESOURCE_ID));
         expect(await eventCount()).to.equal(before);
+      });
+    });
+
+    describe('search dates', () => {
+      it('answers 400 for a date that is not on the calendar (it answered 500, or searched the day Date rolled it to)', async () => {
+        for (const path of [
+          '/AuditEvent?date=2026-13-45',
+          '/AuditEvent?date=ge2026-02-31',
+          '/AuditEvent?date=2026-01-01T25:00:00Z',
+          '/Patient/_history?_since=2026-02-31',
+          '/Patient/_history?_since=2026-01-01T24:00:00Z',
+        ]) {
+          const res = await fhir(app, 'GET', path);
+          expect(res.status, `${path}: ${JSON.stringify(res.body)}`).to.equal(400);
+          expect(res.body.issue[0].code, path).to.equal('invalid');
+        }
+        for (const path of ['/AuditEvent?date=ge2026-02-28', '/Patient/_history?_since=2028-02-29']) {
+          const res = await fhir(app, 'GET', path);
+          expect(res.status, `${path}: ${JSON.stringify(res.body).slice(0, 300)}`).to.equal(200);
+        }
       });
     });
 

@@ -1,0 +1,54 @@
+/**
+ * FHIR search date values (src/fhir/search.ts `searchDateRange`; R5 search.html "date"): a year, a
+ * month, a day or an instant, each the range of instants it covers, and only real calendar values.
+ */
+import { expect } from 'chai';
+import { searchDateRange } from '../../src/fhir/search.js';
+
+const iso = (range: { start: Date; end: Date } | undefined) =>
+  range && [range.start.toISOString(), range.end.toISOString()];
+
+describe('searchDateRange', () => {
+  it('gives a year, a month, a day (UTC) and an instant as [start, end)', () => {
+    expect(iso(searchDateRange('2026'))).to.deep.equal([
+      '2026-01-01T00:00:00.000Z',
+      '2027-01-01T00:00:00.000Z',
+    ]);
+    expect(iso(searchDateRange('2026-12'))).to.deep.equal([
+      '2026-12-01T00:00:00.000Z',
+      '2027-01-01T00:00:00.000Z',
+    ]);
+    expect(iso(searchDateRange('2028-02-29'))).to.deep.equal([
+      '2028-02-29T00:00:00.000Z',
+      '2028-03-01T00:00:00.000Z',
+    ]);
+    expect(iso(searchDateRange('2026-03-01T10:00:00+02:00'))).to.deep.equal([
+      '2026-03-01T08:00:00.000Z',
+      '2026-03-01T08:00:00.001Z',
+    ]);
+    expect(iso(searchDateRange('0005-01-01'))).to.deep.equal([
+      '0005-01-01T00:00:00.000Z',
+      '0005-01-02T00:00:00.000Z',
+    ]);
+  });
+
+  it('refuses what Date would roll over or cannot read', () => {
+    for (const text of [
+      '2026-13',
+      '2026-00',
+      '2026-02-29',
+      '2026-02-31',
+      '2026-04-31',
+      '2026-13-45',
+      '2026-01-01T25:00:00Z',
+      '2026-01-01T23:60:00Z',
+      '2026-01-01T23:59:60Z',
+      '2026-01-01T10:00:00+99:99',
+      '2026-01-01T10:00',
+      '26',
+      '',
+      'gt2026',
+    ])
+      expect(searchDateRange(text), text).to.equal(undefined);
+  });
+});
