@@ -461,7 +461,25 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
         'QuestionnaireResponse',
         'Questionnaire',
         'AuditEvent',
+        'Patient/_history',
       );
+      // Date values off the calendar: an AuditEvent search answered 500 for them.
+      const date = fc
+        .tuple(
+          fc.constantFrom('', 'ge', 'lt', 'eq', 'xx'),
+          fc.constantFrom(
+            '2026',
+            '2026-13',
+            '2026-02-31',
+            '2026-13-45',
+            '2026-01-01T25:00:00Z',
+            '2026-03-01T10:00:00Z',
+          ),
+        )
+        .map(([prefix, value]) => prefix + value);
+      const dateSearch = fc
+        .tuple(fc.constantFrom('date', '_since', '_at'), date)
+        .map(([name, value]) => [[name, value]] as [string, string][]);
       // One id-valued parameter alone, an id at the integer's edge half the time.
       const id = fc.oneof(hostileId, fc.constantFrom('2147483647', '2147483648', '9999999999'));
       const idSearch = fc
@@ -494,6 +512,7 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
             fc.oneof(
               queryPairs(names, plausible),
               idSearch,
+              dateSearch,
               cursor.map((c) => [['_cursor', c]] as [string, string][]),
             ),
           )
