@@ -11,6 +11,7 @@ import { sendErrorPage } from './app/error-page.js';
 import { appRouter } from './app/router.js';
 import { auditMiddleware } from './audit.js';
 import { sessionsRouter } from './auth/sessions.js';
+import { authenticateBeforeBody } from './edge/authenticate.js';
 import { boundedBody } from './edge/body.js';
 import { fhirStringRule } from './edge/strings.js';
 import { HttpError, sendProblem, toProblem } from './errors.js';
@@ -172,6 +173,15 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   // Issue 10: bounded body parsing and FHIR's string rule on everything a client sends — before
   // any route. The time budget of what a request makes casebook evaluate is the request's
   // EvaluationBudget (src/http/edge/budget.ts), passed by the routes that evaluate.
+  // Credentials before a body: a request that cannot authenticate is refused before its body is
+  // read (src/http/edge/authenticate.ts); the handover, which has no credentials, gets a small limit.
+  app.use(
+    authenticateBeforeBody(casebook, (ctx) => {
+      if (isFhir(ctx.path)) return 'principal';
+      if (ctx.path === `${authPrefix}/sessions`) return 'client';
+      return under(authPrefix, ctx.path) ? 'small' : undefined;
+    }),
+  );
   app.use(boundedBody());
   app.use(fhirStringRule(isFhir));
 

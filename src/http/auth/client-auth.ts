@@ -35,13 +35,16 @@ const unauthorized = (message: string) =>
   });
 
 /**
- * Authenticates the request's API client.
+ * Authenticates the request's API client, once per request: the edge may have done it before
+ * reading the body (src/http/edge/authenticate.ts); a route asking again gets the same answer.
  * @throws {HttpError} 401 with `WWW-Authenticate: Basic` when credentials are missing or wrong.
  */
-export const authenticateClient = async (
-  ctx: Context,
-  clients: ApiClientDirectory,
-): Promise<ClientPrincipal> => {
+export const authenticateClient = (ctx: Context, clients: ApiClientDirectory): Promise<ClientPrincipal> => {
+  ctx.state.client ??= authenticate(ctx, clients);
+  return ctx.state.client as Promise<ClientPrincipal>;
+};
+
+const authenticate = async (ctx: Context, clients: ApiClientDirectory): Promise<ClientPrincipal> => {
   const header = ctx.get('Authorization');
   if (!header) throw unauthorized('client credentials are required (HTTP Basic client_id:client_secret)');
   const credentials = basicAuth(ctx.req);

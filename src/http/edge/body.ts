@@ -49,6 +49,15 @@ const DECODERS: Readonly<Record<string, { name: string; decode: Decoder } | unde
 const tooLarge = (limit: number, what: string) =>
   new HttpError(413, 'PayloadTooLarge', `the ${what} is larger than the limit of ${limit} bytes`);
 
+/** What {@link boundedBody} parses the request's body as: JSON, a form, or nothing (undefined). */
+const bodyKind = (ctx: Context): 'json' | 'form' | undefined => {
+  if (!PARSED_METHODS.has(ctx.method)) return undefined;
+  return ctx.is(JSON_TYPES) ? 'json' : ctx.is(FORM_TYPE) ? 'form' : undefined;
+};
+
+/** Whether {@link boundedBody} will read and parse this request's body (a JSON or form body). */
+export const hasBody = (ctx: Context): boolean => bodyKind(ctx) !== undefined;
+
 /**
  * Reads a request stream into one buffer, refusing more than `limit` bytes. On refusal it lets
  * the rest of the body flow away unread instead of destroying the stream, so the connection stays
@@ -222,10 +231,13 @@ export const parseFormBody = (text: string): Record<string, string | string[]> =
  * @throws {HttpError} 400, 413 or 415 as described in this module's header.
  */
 export const boundedBody = (): Middleware => async (ctx, next) => {
-  if (!PARSED_METHODS.has(ctx.method)) return next();
-  const kind = ctx.is(JSON_TYPES) ? 'json' : ctx.is(FORM_TYPE) ? 'form' : undefined;
+  const kind = bodyKind(ctx);
   if (!kind) return next();
-  const limit = kind === 'json' ? MAX_JSON_BODY_BYTES : MAX_FORM_BODY_BYTES;
+  // A smaller limit set for this request (src/http/edge/authenticate.ts: a handover's body).
+  const limit = Math.min(
+    kind === 'json' ? MAX_JSON_BODY_BYTES : MAX_FORM_BODY_BYTES,
+    (ctx.state.bodyLimit as number | undefined) ?? Number.POSITIVE_INFINITY,
+  );
   const what = kind === 'json' ? 'JSON body' : 'form body';
   const declared = Number(ctx.get('Content-Length'));
   if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit, what);

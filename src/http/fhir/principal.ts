@@ -95,10 +95,16 @@ export const clientPrincipal = (client: ClientPrincipal): Principal => ({
 });
 
 /**
- * Resolves the caller.
+ * Resolves the caller, once per request: the edge resolves it before reading a request body
+ * (src/http/edge/authenticate.ts), the route then gets the same answer.
  * @throws {HttpError} 401 without credentials or with an invalid cookie; wrong client credentials.
  */
-export const resolvePrincipal = async (ctx: Context, casebook: Casebook): Promise<Principal> => {
+export const resolvePrincipal = (ctx: Context, casebook: Casebook): Promise<Principal> => {
+  ctx.state.principal ??= resolve(ctx, casebook);
+  return ctx.state.principal as Promise<Principal>;
+};
+
+const resolve = async (ctx: Context, casebook: Casebook): Promise<Principal> => {
   if (ctx.get('Authorization')) return clientPrincipal(await authenticateClient(ctx, casebook.clients));
   if (parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
     return sessionPrincipal(casebook, await sessionFromCookie(ctx, casebook));
