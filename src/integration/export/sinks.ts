@@ -69,6 +69,31 @@ export const openSink = (url: string, options: SinkOptions = {}): Sink => {
   }
 };
 
+/**
+ * Most bytes of a sink's answer casebook reads: the HTTP status decides, the body is read only so
+ * the connection can be reused, and an MLLP acknowledgement is a few hundred bytes. A receiver
+ * that sends more (gigabytes, or bytes without end until the timeout) is cut off there: its answer
+ * was buffered whole, and could exhaust the memory of the process.
+ */
+export const MAX_SINK_ANSWER_BYTES = 65_536;
+
+/** Reads and drops at most {@link MAX_SINK_ANSWER_BYTES} of an HTTP answer's body, then cancels the rest. */
+const discardBody = async (res: Response): Promise<void> => {
+  const reader = res.body?.getReader();
+  if (!reader) return;
+  let read = 0;
+  try {
+    while (read <= MAX_SINK_ANSWER_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      read += value.byteLength;
+    }
+    await reader.cancel();
+  } catch {
+    // The body failed or was cut off: the status has already been received.
+  }
+};
+
 const identifierHeader = (i: HospitalIdentifier) => {
   const raw = `${i.system}|${i.value}`;
   // Header values are bytes: anything outside printable ASCII is percent-encoded.
@@ -107,7 +132,7 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
       let res: Response;
       try {
         res = await fetch(target, { method: 'POST', headers, body: report.text, signal: controller.signal });
-        await res.arrayBuffer().catch(() => undefined);
+        await discardBody(res);
       } finally {
         clearTimeout(timer);
         signal?.removeEventListener('abort', stop);
@@ -290,7 +315,16 @@ const mllpSink = (url: URL, timeoutMs: number): Sink => {
           received = Buffer.concat([received, chunk]);
           const start = received.indexOf(VT);
           const end = received.indexOf(FS, start + 1);
-          if (start < 0 || end < 0) return;
+          if (start < 0 || end < 0) {
+            // No acknowledgement yet: wait for more, up to a bound (the receiver's bytes are held here).
+            if (received.length > MAX_SINK_ANSWER_BYTES)
+              finish(
+                new Error(
+                  `the HL7 receiver sent more than ${MAX_SINK_ANSWER_BYTES} bytes without an acknowledgement`,
+                ),
+              );
+            return;
+          }
           const ack = received.subarray(start + 1, end).toString('utf8');
           const msa = ack.split(/\r\n?|\n/).find((s) => s.startsWith('MSA|'));
           const fields = msa?.split('|') ?? [];
