@@ -105,9 +105,9 @@ export const startEhr = async (): Promise<Ehr> => {
 // ---------------------------------------------------------------------------------------------
 // casebook over its APIs (as the GENERAL client), on the localhost site
 
-let seq = 0;
-export const unique = (prefix: string): string =>
-  `${prefix}-${++seq}-${Math.random().toString(36).slice(2, 8)}`;
+import { unique } from '../support/app.js';
+
+export { unique };
 
 /** The public (localhost) URL of the application host: `http://localhost:<port>/app`. */
 export const appUrl = (app: TestApp): string => app.casebook.config.appUrl;

@@ -125,6 +125,11 @@ export const TEST_SEED: Seed = {
 
 export const seed = (app: TestApp, s: Seed = TEST_SEED) => applySeed(app.casebook, s);
 
+let seq = 0;
+/** `prefix` made unique in this test process (a counter and a random tail): identifiers, names. */
+export const unique = (prefix: string): string =>
+  `${prefix}-${++seq}-${Math.random().toString(36).slice(2, 8)}`;
+
 /** `Authorization: Basic …` for a client. */
 export const basic = (clientId: string, secret: string): string =>
   `Basic ${Buffer.from(`${clientId}:${secret}`).toString('base64')}`;

@@ -11,7 +11,7 @@ import { expect } from 'chai';
 import { MAX_BUNDLE_IDENTIFIERS } from '../../../src/commands/transaction.js';
 import { MAX_IDENTIFIERS } from '../../../src/fhir/common.schema.js';
 import { MAX_RESOURCE_ID } from '../../../src/fhir/references.js';
-import { seed, startTestApp, type TestApp } from '../../support/app.js';
+import { seed, startTestApp, type TestApp, unique } from '../../support/app.js';
 import { testDatabases } from '../../support/databases.js';
 import { expectOutcome, fhir } from '../../support/fhir.js';
 
@@ -22,8 +22,6 @@ for (const database of testDatabases) {
   describe(`the limits of docs/interface.md §8 on ${database.name}`, function () {
     this.timeout(60_000);
     let app: TestApp;
-    let seq = 0;
-    const unique = (prefix: string) => `${prefix}-${++seq}-${Math.random().toString(36).slice(2, 8)}`;
 
     before(async () => {
       app = await startTestApp(database);
