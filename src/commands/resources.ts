@@ -93,12 +93,14 @@ const checkReferences = async (
 /**
  * Refuses content holding more than {@link MAX_IDENTIFIERS} identifiers (docs/interface.md §8). The
  * schemas bound what a client sends; this bounds what a write would store once a conditional
- * interaction adds its match or merges with the identifiers already held.
+ * interaction adds its match or merges with the identifiers already held. A resource stored with
+ * more before the bound existed can still be written, as long as the write adds none.
+ * @param held how many identifiers the resource holds now (0 for a create).
  * @throws {DomainError} 422 `invalid` on `Type.identifier`.
  */
-const checkIdentifierCount = (def: ResourceDefinition, content: Content) => {
+const checkIdentifierCount = (def: ResourceDefinition, content: Content, held = 0) => {
   const count = identifiersOf(content).length;
-  if (count > MAX_IDENTIFIERS)
+  if (count > MAX_IDENTIFIERS && count > held)
     throw new DomainError(
       'unprocessable',
       'TooManyIdentifiers',
@@ -354,7 +356,7 @@ export const updateResource = async (
     const existing = identifiersOf(state.resource);
     next = { ...next, identifier: [...existing, ...minus(identifiersOf(content), existing)] };
   }
-  checkIdentifierCount(def, next);
+  checkIdentifierCount(def, next, identifiersOf(state.resource).length);
   const decider = resourceDecider(def.type);
   const command = { type: 'UpdateResource' as const, resource: next, now: uow.now };
   // An update that changes nothing decides nothing (the decider is pure: asking first is free).

@@ -853,6 +853,9 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
                 '+01:00',
                 'aaa',
                 `${'a'.repeat(30)}!`,
+                // Beyond the largest id: a chosen form 9999999999 answered 500 (stop 26).
+                '2147483648',
+                '9999999999',
               ),
             ),
             fc.constantFrom('save', 'submit', 'cancel', w.questionnaireId),

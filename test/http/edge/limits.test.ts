@@ -8,7 +8,10 @@
  * AuditEvent search answered 500). Each refusal writes nothing.
  */
 import { expect } from 'chai';
+import { execute } from '../../../src/commands/handler.js';
 import { MAX_BUNDLE_IDENTIFIERS } from '../../../src/commands/transaction.js';
+import { allocateId } from '../../../src/db/sequences.js';
+import { resourceDecider, resourceStream } from '../../../src/domain/fhir/resource.js';
 import { MAX_IDENTIFIERS } from '../../../src/fhir/common.schema.js';
 import { MAX_RESOURCE_ID } from '../../../src/fhir/references.js';
 import { seed, startTestApp, type TestApp, unique } from '../../support/app.js';
@@ -165,6 +168,32 @@ for (const database of testDatabases) {
         const read = await fhir(app, 'GET', `/Patient/${held.body.id}`);
         expect(read.body.identifier).to.have.length(MAX_IDENTIFIERS);
       });
+    });
+
+    it('still updates a resource stored with more identifiers before the bound, as long as the update adds none', async () => {
+      // Written past the API, as a resource from before the bound would have been.
+      const id = await allocateId(app.casebook.sql, 'Patient');
+      await execute(app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } }), (uow) =>
+        uow.decide(
+          resourceStream('Patient', id),
+          resourceDecider('Patient'),
+          {
+            type: 'CreateResource',
+            id,
+            tenantId: 1,
+            resource: { identifier: identifiers(MAX_IDENTIFIERS + 1) },
+            now: uow.now,
+          },
+          { fresh: true },
+        ),
+      );
+      // A Patient update that omits identifier keeps them (docs/interface.md §4.3 rule 3).
+      const res = await fhir(app, 'PUT', `/Patient/${id}`, {
+        body: { resourceType: 'Patient', id: String(id), gender: 'female' },
+      });
+      expect(res.status, JSON.stringify(res.body).slice(0, 300)).to.equal(200);
+      expect(res.body.gender).to.equal('female');
+      expect(res.body.identifier).to.have.length(MAX_IDENTIFIERS + 1);
     });
 
     describe('identifiers in one transaction Bundle', () => {
