@@ -1,5 +1,6 @@
 /** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
 import { z } from 'zod';
+import { isCalendarDate } from './dates.js';
 import { MAX_RESOURCE_ID, resourceIdIn } from './references.js';
 
 /** docs/interface.md §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
@@ -62,11 +63,13 @@ const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
 export const fhirDate = z
   .string()
   .regex(FHIR_DATE, 'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD)')
-  .refine((v) => {
-    if (!FHIR_DATE.test(v) || v.length < 10) return true;
-    const d = new Date(`${v}T00:00:00Z`);
-    return !Number.isNaN(d.getTime()) && d.toISOString().startsWith(v);
-  }, 'is not a calendar date');
+  .refine(
+    (v) =>
+      !FHIR_DATE.test(v) ||
+      v.length < 10 ||
+      isCalendarDate(Number(v.slice(0, 4)), Number(v.slice(5, 7)), Number(v.slice(8, 10))),
+    'is not a calendar date',
+  );
 
 const FHIR_DATE_TIME =
   /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;

@@ -1,5 +1,6 @@
 /** The search parameters the data server implements (issue 3), per resource type. */
 import type { ResourceType } from '../domain/fhir/resource.js';
+import { isCalendarDate } from './dates.js';
 
 export type SearchParameter =
   | { readonly kind: 'id' }
@@ -78,13 +79,8 @@ export const searchDateRange = (text: string): { start: Date; end: Date } | unde
   const m = SEARCH_DATE.exec(text);
   if (!m) return undefined;
   const [, year, month, day, hour, minute, second] = m;
+  if (!isCalendarDate(Number(year), Number(month ?? 1), Number(day ?? 1))) return undefined;
   const start = new Date(`${year}-${month ?? '01'}-${day ?? '01'}T00:00:00Z`);
-  // Date rolls an impossible day over into the next month: the round trip must give it back.
-  if (
-    Number.isNaN(start.getTime()) ||
-    !start.toISOString().startsWith(`${year}-${month ?? '01'}-${day ?? '01'}`)
-  )
-    return undefined;
   const end = new Date(start);
   if (month === undefined) end.setUTCFullYear(end.getUTCFullYear() + 1);
   else if (day === undefined) end.setUTCMonth(end.getUTCMonth() + 1);

@@ -9,6 +9,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
+import { isCalendarDate } from '../fhir/dates.js';
 import { idInReference } from '../fhir/references.js';
 
 /** A failure of the launch, shown to the clinician as an error page with `status`. */
@@ -88,9 +89,7 @@ const birthDate = (raw: string, today: Date): string => {
   const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(raw);
   if (!m) throw new LaunchError(400, `dob must be a date as YYYY-MM-DD, not "${raw}"`);
   const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
-  const date = new Date(Date.UTC(year, month - 1, day));
-  if (date.getUTCFullYear() !== year || date.getUTCMonth() !== month - 1 || date.getUTCDate() !== day)
-    throw new LaunchError(400, `dob ${raw} is not a real date`);
+  if (!isCalendarDate(year, month, day)) throw new LaunchError(400, `dob ${raw} is not a real date`);
   if (raw > today.toISOString().slice(0, 10)) throw new LaunchError(400, `dob ${raw} is in the future`);
   return raw;
 };

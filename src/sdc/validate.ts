@@ -10,6 +10,7 @@
  * (minLength, regex, minValue, maxValue, maxDecimalPlaces) and the questionnaire-constraint
  * invariants (FHIRPath, within the evaluation budget of issue 10).
  */
+import { isCalendarDate } from '../fhir/dates.js';
 import { type EvaluationBudget, runWithinBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
 import { matchesWhole } from './regex.js';
@@ -194,11 +195,8 @@ const syntaxProblem = (key: string, value: unknown): string | undefined => {
   }
 };
 
-const realDate = (year?: string, month?: string, day?: string): boolean => {
-  if (!month || !day) return true;
-  const d = new Date(Date.UTC(Number(year), Number(month) - 1, Number(day)));
-  return d.getUTCMonth() === Number(month) - 1 && d.getUTCDate() === Number(day);
-};
+const realDate = (year?: string, month?: string, day?: string): boolean =>
+  !month || !day || isCalendarDate(Number(year), Number(month), Number(day));
 
 /** Decimal places of a JSON number (`1.25` → 2, `1e-7` → 7); trailing zeros are lost by JSON.parse. */
 const decimalPlaces = (n: number): number => {

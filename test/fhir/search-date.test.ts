@@ -1,8 +1,10 @@
 /**
- * FHIR search date values (src/fhir/search.ts `searchDateRange`; R5 search.html "date"): a year, a
+ * FHIR search date values (src/fhir/search.ts `searchDateRange`; R5 search.html "date"), and the
+ * calendar check every date goes through (src/fhir/dates.ts `isCalendarDate`): a year, a
  * month, a day or an instant, each the range of instants it covers, and only real calendar values.
  */
 import { expect } from 'chai';
+import { isCalendarDate } from '../../src/fhir/dates.js';
 import { searchDateRange } from '../../src/fhir/search.js';
 
 const iso = (range: { start: Date; end: Date } | undefined) =>
@@ -38,5 +40,26 @@ describe('searchDateRange', () => {
       'gt2026',
     ])
       expect(searchDateRange(text), text).to.equal(undefined);
+  });
+});
+
+describe('isCalendarDate', () => {
+  it('knows month lengths and leap years, years 0–99 included', () => {
+    for (const [y, m, d, expected] of [
+      [2026, 2, 28, true],
+      [2026, 2, 29, false],
+      [2028, 2, 29, true],
+      [1900, 2, 29, false],
+      [2000, 2, 29, true],
+      [0, 2, 29, true],
+      [4, 2, 29, true],
+      [2026, 4, 31, false],
+      [2026, 12, 31, true],
+      [2026, 13, 1, false],
+      [2026, 0, 1, false],
+      [2026, 1, 0, false],
+      [2026, 1.5, 1, false],
+    ] as const)
+      expect(isCalendarDate(y, m, d), `${y}-${m}-${d}`).to.equal(expected);
   });
 });

@@ -19,6 +19,7 @@ import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/runner.js';
 import { sessionsProjection } from '../../src/projections/sessions.js';
+import { createResourcePastApi } from '../support/commands.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';
 import { recordingSql } from '../support/sql.js';
@@ -141,19 +142,12 @@ for (const db of testDatabases) {
       const { ctx, sql } = await open(allProjections, undefined, recordingSql(statements));
       const id = await allocateId(sql, 'Patient');
       statements.length = 0;
-      await execute(ctx, (uow) =>
-        uow.decide(
-          resourceStream('Patient', id),
-          resourceDecider('Patient'),
-          {
-            type: 'CreateResource',
-            id,
-            tenantId: 1,
-            resource: { identifier: [{ system: 'urn:mrn', value: 'one-statement' }] },
-            now: NOW,
-          },
-          { fresh: true },
-        ),
+      await createResourcePastApi(
+        ctx,
+        'Patient',
+        id,
+        { identifier: [{ system: 'urn:mrn', value: 'one-statement' }] },
+        { tenantId: 1, now: NOW },
       );
       const appends = statements.filter((text) => !text.includes('pg_notify'));
       expect(appends).to.have.length(1);

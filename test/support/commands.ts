@@ -4,7 +4,14 @@
  */
 import { v4 as uuid } from 'uuid';
 import type { CommandContext } from '../../src/commands/context.js';
+import { execute } from '../../src/commands/handler.js';
 import type { Sql } from '../../src/db/sql.js';
+import {
+  type Content,
+  type ResourceType,
+  resourceDecider,
+  resourceStream,
+} from '../../src/domain/fhir/resource.js';
 import type { Actor, EventStore } from '../../src/eventstore/port.js';
 
 /**
@@ -29,3 +36,32 @@ export const testCommandContext = (
     appends.push(events.length);
   },
 });
+
+/**
+ * Creates the resource `type/id` through the command handler, past the HTTP API and its schemas
+ * and without reserving its identifiers: as an older version of casebook, another tool or a
+ * fixture would have written it.
+ * @param options the tenant (default: the context's) and the command's time (default: the context's).
+ * @returns what {@link execute} returned.
+ */
+export const createResourcePastApi = (
+  ctx: CommandContext,
+  type: ResourceType,
+  id: number,
+  resource: Content,
+  options: { tenantId?: number; now?: string } = {},
+) =>
+  execute(ctx, (uow) =>
+    uow.decide(
+      resourceStream(type, id),
+      resourceDecider(type),
+      {
+        type: 'CreateResource',
+        id,
+        tenantId: options.tenantId ?? ctx.tenantId!,
+        resource,
+        now: options.now ?? uow.now,
+      },
+      { fresh: true },
+    ),
+  );

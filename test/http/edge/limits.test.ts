@@ -8,13 +8,12 @@
  * AuditEvent search answered 500). Each refusal writes nothing.
  */
 import { expect } from 'chai';
-import { execute } from '../../../src/commands/handler.js';
 import { MAX_BUNDLE_IDENTIFIERS } from '../../../src/commands/transaction.js';
 import { allocateId } from '../../../src/db/sequences.js';
-import { resourceDecider, resourceStream } from '../../../src/domain/fhir/resource.js';
 import { MAX_IDENTIFIERS } from '../../../src/fhir/common.schema.js';
 import { MAX_RESOURCE_ID } from '../../../src/fhir/references.js';
 import { seed, startTestApp, type TestApp, unique } from '../../support/app.js';
+import { createResourcePastApi } from '../../support/commands.js';
 import { testDatabases } from '../../support/databases.js';
 import { expectOutcome, fhir } from '../../support/fhir.js';
 
@@ -54,6 +53,18 @@ for (const database of testDatabases) {
           expect(res.status, `${query}: ${JSON.stringify(res.body)}`).to.equal(200);
           expect(res.body.type).to.equal('searchset');
           expect(matchIds(res.body), query).to.deep.equal(query.endsWith(id) ? [id] : []);
+        }
+      });
+
+      it('answers 404 as the id of a read, a history or $everything', async () => {
+        for (const path of [
+          `/Patient/${BEYOND}`,
+          `/Encounter/${TEN_NINES}`,
+          `/Patient/${BEYOND}/_history`,
+          `/Patient/${BEYOND}/$everything`,
+        ]) {
+          const res = await fhir(app, 'GET', path);
+          expect(expectOutcome(res, 404, 'not-found').diagnostics, path).to.match(/is not known/);
         }
       });
 
@@ -173,19 +184,11 @@ for (const database of testDatabases) {
     it('still updates a resource stored with more identifiers before the bound, as long as the update adds none', async () => {
       // Written past the API, as a resource from before the bound would have been.
       const id = await allocateId(app.casebook.sql, 'Patient');
-      await execute(app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } }), (uow) =>
-        uow.decide(
-          resourceStream('Patient', id),
-          resourceDecider('Patient'),
-          {
-            type: 'CreateResource',
-            id,
-            tenantId: 1,
-            resource: { identifier: identifiers(MAX_IDENTIFIERS + 1) },
-            now: uow.now,
-          },
-          { fresh: true },
-        ),
+      await createResourcePastApi(
+        app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } }),
+        'Patient',
+        id,
+        { identifier: identifiers(MAX_IDENTIFIERS + 1) },
       );
       // A Patient update that omits identifier keeps them (docs/interface.md §4.3 rule 3).
       const res = await fhir(app, 'PUT', `/Patient/${id}`, {
