@@ -9,6 +9,7 @@ import { v4 as uuidv4 } from 'uuid';
 import { type BackgroundSealer, BackgroundThread } from './background/thread.js';
 import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
+import { CredentialGuard } from './commands/credential-guard.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
@@ -35,6 +36,8 @@ export interface Casebook {
   readonly audit: AuditTrail;
   /** API clients as requests authenticate them (cached briefly, dropped on a change). */
   readonly clients: ApiClientDirectory;
+  /** Checks client secrets, bounded under a flood of wrong ones (src/commands/credential-guard.ts). */
+  readonly credentials: CredentialGuard;
   /**
    * The sealer of the tamper-evident log, when this process runs it (`serve` unless --no-seal): in
    * a worker thread on PostgreSQL, in this thread on PGlite and KurrentDB.
@@ -203,6 +206,11 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     logger,
     metrics,
     clients,
+    credentials: new CredentialGuard({
+      onCheck: (result) => metrics.clientSecretChecks.inc({ result }),
+      onHash: () => metrics.clientSecretHashes.inc(),
+      now: () => clock().getTime(),
+    }),
     get audit() {
       audit ??= new AuditTrail(() =>
         casebook.context({ tenantId: null, actor: { type: 'system', id: 'audit' } }),

@@ -36,6 +36,7 @@ const schema = z.object({
   ALLOWED_REDIRECT_ORIGINS: list,
   CORS_ORIGINS: list,
   METRICS_TOKEN: z.string().optional(),
+  TRUST_PROXY_HOPS: z.coerce.number().int().min(0).max(16).default(0),
   AUDIT_READS: z.enum(['true', 'false', '']).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EXPORT_SINK: z.string().optional(),
@@ -78,6 +79,13 @@ export interface Config {
   readonly logLevel: string;
   /** When set, /metrics answers only `Authorization: Bearer <metricsToken>`. */
   readonly metricsToken: string | undefined;
+  /**
+   * Reverse proxies in front of casebook whose `X-Forwarded-For` is believed (TRUST_PROXY_HOPS,
+   * default 0): the client address of a request (its AuditEvent's `source`, the credential
+   * throttle's key) is the entry that many hops from the right of that header, else the socket's
+   * peer. With 0 the header is ignored: a client cannot write its own address into the audit trail.
+   */
+  readonly trustProxyHops: number;
   /**
    * Record an AuditEvent for every read (default true). Off only to measure what auditing costs;
    * writes, denials and every other access are recorded regardless.
@@ -209,6 +217,7 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     corsOrigins: e.CORS_ORIGINS,
     logLevel: e.LOG_LEVEL,
     metricsToken: e.METRICS_TOKEN || undefined,
+    trustProxyHops: e.TRUST_PROXY_HOPS,
     auditReads: e.AUDIT_READS !== 'false',
     exportSink: e.EXPORT_SINK || undefined,
     export: {

@@ -26,6 +26,10 @@ export interface Metrics {
   /** Report versions waiting for delivery, and the age of the oldest, seconds. */
   readonly exportPending: Gauge;
   readonly exportOldestPendingSeconds: Gauge;
+  /** Client-secret checks by result: valid, invalid, throttled (429), busy (503). */
+  readonly clientSecretChecks: Counter<'result'>;
+  /** scrypt hashes run to check client secrets (concurrent checks of one secret share one). */
+  readonly clientSecretHashes: Counter;
 }
 
 /** A fresh registry with casebook's metrics and the Node.js process defaults. */
@@ -85,6 +89,17 @@ export const createMetrics = (): Metrics => {
       name: 'casebook_export_attempts_total',
       help: 'Report delivery attempts by sink',
       labelNames: ['sink'],
+      registers: [registry],
+    }),
+    clientSecretChecks: new Counter({
+      name: 'casebook_client_secret_checks_total',
+      help: 'Client-secret checks by result (valid, invalid, throttled, busy)',
+      labelNames: ['result'],
+      registers: [registry],
+    }),
+    clientSecretHashes: new Counter({
+      name: 'casebook_client_secret_hashes_total',
+      help: 'scrypt hashes run to check client secrets',
       registers: [registry],
     }),
     exportPending: new Gauge({

@@ -13,6 +13,7 @@ import {
   type AuditEventsRecordedData,
   type AuditRecord,
 } from '../domain/audit/audit.js';
+import { statusText } from '../status-text.js';
 
 export type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../domain/audit/audit.js';
 
@@ -45,21 +46,6 @@ export const REQUEST_ID_EXTENSION = 'https://casebook.dev/fhir/StructureDefiniti
 /** R5 audit-event-outcome: 0 success, 4 minor failure (refused request), 8 serious failure (server error). */
 export const outcomeCode = (status: number): '0' | '4' | '8' =>
   status < 400 ? '0' : status < 500 ? '4' : '8';
-
-const STATUS_TEXT: Record<number, string> = {
-  400: 'Bad Request',
-  401: 'Unauthorized',
-  403: 'Forbidden',
-  404: 'Not Found',
-  409: 'Conflict',
-  410: 'Gone',
-  412: 'Precondition Failed',
-  413: 'Content Too Large',
-  415: 'Unsupported Media Type',
-  422: 'Unprocessable Content',
-  500: 'Internal Server Error',
-  503: 'Service Unavailable',
-};
 
 /**
  * The references an agent is searchable by (`agent=`): `Practitioner/7`, `<client system>|demo-ehr`
@@ -172,7 +158,7 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
     outcome: {
       code: { system: 'http://terminology.hl7.org/CodeSystem/audit-event-outcome', code: outcome },
       ...(record.status >= 400
-        ? { detail: [{ text: `${record.status} ${STATUS_TEXT[record.status] ?? 'Error'}` }] }
+        ? { detail: [{ text: `${record.status} ${statusText(record.status)}` }] }
         : {}),
     },
     // R5 has one patient; the entities carry each one's patient when several are involved.

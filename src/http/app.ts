@@ -33,7 +33,13 @@ const mountPath = (publicUrl: string): string => new URL(publicUrl).pathname.rep
  */
 export const createHttpApp = (casebook: Casebook): Koa => {
   const app = new Koa();
-  app.proxy = true;
+  // X-Forwarded-For is believed only from the configured proxies (TRUST_PROXY_HOPS, default none):
+  // Koa then takes the address that many entries from the header's right end, which the nearest
+  // trusted proxy wrote; anything a client put before it is ignored. Without proxies the socket's
+  // peer is the address, so a client cannot forge its AuditEvent's source
+  // (docs/architecture.md "Security").
+  app.proxy = casebook.config.trustProxyHops > 0;
+  app.maxIpsCount = casebook.config.trustProxyHops;
   const { logger } = casebook;
   const fhirPrefix = mountPath(casebook.config.fhirUrl);
   const sdcPrefix = mountPath(casebook.config.sdcUrl);

@@ -9,6 +9,7 @@ import { ZodError } from 'zod';
 import { DomainError, type DomainErrorKind } from '../domain/decider.js';
 import { EventIdConflict, UnstorableEvent, WrongExpectedVersion } from '../eventstore/port.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
+import { statusText } from '../status-text.js';
 
 const STATUS: Record<DomainErrorKind, number> = {
   invalid: 400,
@@ -19,22 +20,6 @@ const STATUS: Record<DomainErrorKind, number> = {
   gone: 410,
   precondition_failed: 412,
   unprocessable: 422,
-};
-
-const TITLES: Record<number, string> = {
-  400: 'Bad Request',
-  401: 'Unauthorized',
-  403: 'Forbidden',
-  404: 'Not Found',
-  405: 'Method Not Allowed',
-  409: 'Conflict',
-  410: 'Gone',
-  412: 'Precondition Failed',
-  413: 'Content Too Large',
-  415: 'Unsupported Media Type',
-  422: 'Unprocessable Content',
-  500: 'Internal Server Error',
-  503: 'Service Unavailable',
 };
 
 /** One problem found in the request, with where it is (a dotted/bracketed field path). */
@@ -119,12 +104,10 @@ export const sendProblem = (ctx: Context, problem: Problem): void => {
   ctx.type = 'application/problem+json';
   ctx.body = {
     type: 'about:blank',
-    title: TITLES[problem.status] ?? 'Error',
+    title: statusText(problem.status),
     status: problem.status,
     code: problem.code,
     detail: problem.detail,
     ...(problem.errors ? { errors: problem.errors } : {}),
   };
 };
-
-export { TITLES as STATUS_TITLES };

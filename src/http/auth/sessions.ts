@@ -105,7 +105,7 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   const requestId = (ctx: Context) => ctx.state.requestId as string;
 
   router.post('/sessions', async (ctx) => {
-    const client = await authenticateClient(ctx, casebook.clients);
+    const client = await authenticateClient(ctx, casebook);
     if (!ctx.is('application/json'))
       throw new HttpError(
         415,
@@ -207,7 +207,7 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   });
 
   router.get('/sessions/:id', async (ctx) => {
-    const client = await authenticateClient(ctx, casebook.clients);
+    const client = await authenticateClient(ctx, casebook);
     noteAudit(ctx, {
       interaction: 'session-read',
       entities: [{ reference: `Session/${sessionIdParam(ctx)}` }],
@@ -219,7 +219,7 @@ export const sessionsRouter = (casebook: Casebook): Router => {
   });
 
   router.delete('/sessions/:id', async (ctx) => {
-    const client = await authenticateClient(ctx, casebook.clients);
+    const client = await authenticateClient(ctx, casebook);
     const command = casebook.context({
       tenantId: client.tenantId,
       actor: { type: 'client', id: client.clientId },

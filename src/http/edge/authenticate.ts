@@ -32,7 +32,7 @@ export const authenticateBeforeBody =
         await resolvePrincipal(ctx, casebook);
         break;
       case 'client':
-        await authenticateClient(ctx, casebook.clients);
+        await authenticateClient(ctx, casebook);
         break;
       case 'small':
         ctx.state.bodyLimit = MAX_FORM_BODY_BYTES;

@@ -22,6 +22,7 @@ const DEFAULT_CODES: Record<number, string> = {
   413: 'too-costly',
   415: 'not-supported',
   422: 'processing',
+  429: 'throttled',
   500: 'exception',
   503: 'transient',
 };

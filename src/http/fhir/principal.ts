@@ -105,7 +105,7 @@ export const resolvePrincipal = (ctx: Context, casebook: Casebook): Promise<Prin
 };
 
 const resolve = async (ctx: Context, casebook: Casebook): Promise<Principal> => {
-  if (ctx.get('Authorization')) return clientPrincipal(await authenticateClient(ctx, casebook.clients));
+  if (ctx.get('Authorization')) return clientPrincipal(await authenticateClient(ctx, casebook));
   if (parseCookie(ctx.get('Cookie'))[SESSION_COOKIE]) {
     return sessionPrincipal(casebook, await sessionFromCookie(ctx, casebook));
   }

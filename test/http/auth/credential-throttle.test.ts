@@ -1,0 +1,132 @@
+/**
+ * Wrong client secrets over HTTP (src/commands/credential-guard.ts; docs/architecture.md
+ * "Security"; docs/interface.md §5 rule 1), on PGlite and PostgreSQL: a client id refused after
+ * repeated failures (429 with Retry-After, recorded as a refusal under the claimed client),
+ * concurrent first requests of a client sharing one scrypt, and the client address of the audit
+ * trail taken from X-Forwarded-For only behind configured proxies (TRUST_PROXY_HOPS).
+ */
+import { expect } from 'chai';
+import { registerClient } from '../../../src/commands/tenants.js';
+import { auditEventsIn } from '../../../src/fhir/audit-event.js';
+import { basic, seed, startTestApp, type TestApp } from '../../support/app.js';
+import { testDatabases } from '../../support/databases.js';
+import { fhir } from '../../support/fhir.js';
+
+const counter = async (
+  metric: { get(): Promise<{ values: { value: number; labels: object }[] }> },
+  labels = {},
+) =>
+  (await metric.get()).values
+    .filter((v) =>
+      Object.entries(labels).every(([k, want]) => (v.labels as Record<string, unknown>)[k] === want),
+    )
+    .reduce((sum, v) => sum + v.value, 0);
+
+for (const database of testDatabases) {
+  describe(`client credentials under attack on ${database.name}`, function () {
+    this.timeout(60_000);
+    let app: TestApp;
+    const addClient = async (clientId: string, secret: string) => {
+      const ctx = app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
+      await registerClient(ctx, { clientId, tenantId: 1, secret, scopes: ['system/*.*'], projects: [] });
+    };
+    /** The AuditEvents of the log since event `count`. */
+    const auditSince = async (count: number) =>
+      (await app.allEvents({ audit: true }))
+        .slice(count)
+        .flatMap((e) => auditEventsIn(e).map((a) => a.resource as any));
+
+    before(async () => {
+      app = await startTestApp(database, { env: { TRUST_PROXY_HOPS: '1' } });
+      await seed(app);
+    });
+    after(() => app?.close());
+
+    it('refuses a client id after 10 wrong secrets with 429 and Retry-After, without hashing, and records it', async () => {
+      await addClient('target-client', 'target-secret-0123456789');
+      const hashes = await counter(app.casebook.metrics.clientSecretHashes);
+      const statuses: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        // Each from its own address, so that only the client id's count is at stake.
+        const res = await fhir(app, 'GET', '/Patient?_count=1', {
+          auth: basic('target-client', `wrong-secret-${i}`),
+          headers: { 'X-Forwarded-For': `203.0.113.${i + 1}` },
+        });
+        statuses.push(res.status);
+      }
+      expect(statuses).to.deep.equal(Array(10).fill(401));
+      const before = (await app.allEvents({ audit: true })).length;
+      const refused = await fhir(app, 'GET', '/Patient?_count=1', {
+        auth: basic('target-client', 'wrong-secret-10'),
+        headers: { 'X-Forwarded-For': '203.0.113.99' },
+      });
+      expect(refused.status).to.equal(429);
+      expect(Number(refused.headers.get('Retry-After'))).to.be.within(1, 60);
+      expect(refused.body.resourceType).to.equal('OperationOutcome');
+      expect(refused.body.issue[0].code).to.equal('throttled');
+      // The right secret is refused as well while the id is (it never verified before).
+      const right = await fetch(`${app.authUrl}/sessions/1`, {
+        headers: {
+          Authorization: basic('target-client', 'target-secret-0123456789'),
+          'X-Forwarded-For': '203.0.113.98',
+        },
+      });
+      expect(right.status).to.equal(429);
+      expect(right.headers.get('Content-Type')).to.match(/^application\/problem\+json/);
+      expect(((await right.json()) as { code: string }).code).to.equal('TooManyFailedCredentials');
+      expect(await counter(app.casebook.metrics.clientSecretHashes)).to.equal(hashes + 10);
+      // The refusal is in the audit trail under the client it claimed to be, with its address.
+      const [event] = await auditSince(before);
+      expect(event.outcome.code.code).to.equal('4');
+      expect(event.outcome.detail).to.deep.equal([{ text: '429 Too Many Requests' }]);
+      expect(event.agent[0].who.identifier.value).to.equal('target-client');
+      expect(event.agent[0].networkString).to.equal('203.0.113.99');
+      expect(await counter(app.casebook.metrics.clientSecretChecks, { result: 'throttled' })).to.be.at.least(
+        2,
+      );
+    });
+
+    it('checks 30 concurrent first requests of a client with one scrypt, all answered', async () => {
+      await addClient('burst-client', 'burst-secret-0123456789');
+      const hashes = await counter(app.casebook.metrics.clientSecretHashes);
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, () =>
+          fhir(app, 'GET', '/Patient?_count=1', { auth: basic('burst-client', 'burst-secret-0123456789') }),
+        ),
+      );
+      expect(answers.map((a) => a.status)).to.deep.equal(Array(30).fill(200));
+      expect(await counter(app.casebook.metrics.clientSecretHashes)).to.equal(hashes + 1);
+    });
+
+    it('takes the client address from the nearest X-Forwarded-For entry behind one proxy', async () => {
+      const before = (await app.allEvents({ audit: true })).length;
+      const res = await fhir(app, 'GET', '/Patient?_count=1', {
+        headers: { 'X-Forwarded-For': '198.51.100.7, 203.0.113.9' },
+      });
+      expect(res.status).to.equal(200);
+      const [event] = await auditSince(before);
+      expect(event.agent[0].networkString).to.equal('203.0.113.9');
+    });
+  });
+
+  describe(`client address without a configured proxy on ${database.name}`, () => {
+    let app: TestApp;
+    before(async () => {
+      app = await startTestApp(database);
+      await seed(app);
+    });
+    after(() => app?.close());
+
+    it('ignores X-Forwarded-For: a client cannot write its own address into the audit trail', async () => {
+      const before = (await app.allEvents({ audit: true })).length;
+      const res = await fhir(app, 'GET', '/Patient?_count=1', {
+        headers: { 'X-Forwarded-For': '198.51.100.7' },
+      });
+      expect(res.status).to.equal(200);
+      const events = (await app.allEvents({ audit: true }))
+        .slice(before)
+        .flatMap((e) => auditEventsIn(e).map((a) => a.resource as any));
+      expect(events.map((e) => e.agent[0].networkString)).to.deep.equal(['127.0.0.1']);
+    });
+  });
+}
