@@ -10,6 +10,7 @@ import type { Row, Sql } from '../db/sql.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
 import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
+import { DEFINITIONS } from '../fhir/definitions.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
 import { applyFunctionFor, defineApplyFunctions, type Projection, rowsParam } from './projection.js';
 
@@ -31,7 +32,31 @@ interface ResourceRowChange {
   created: boolean;
   /** The identifiers the row ends with (search by identifier). */
   identifiers: { system: string; value: string }[];
+  /** What $everything follows from the row ({@link everythingLinksOf}); null with `content`. */
+  practitioner_ids: number[] | null;
+  questionnaire: string | null;
 }
+
+/**
+ * What `Patient/$everything` (src/queries/fhir.ts `everything`) follows from a resource of a
+ * patient's compartment, kept as columns of `rm_resources` so that paging reads no content: the
+ * ids of the Practitioners it references (the references its definition checks,
+ * src/fhir/definitions.ts) and the canonical of the Questionnaire it answers.
+ */
+export const everythingLinksOf = (
+  resourceType: ResourceType,
+  content: Record<string, unknown>,
+): { practitionerIds: number[]; questionnaire: string | null } => ({
+  practitionerIds: [
+    ...new Set(
+      DEFINITIONS[resourceType]
+        .references(content)
+        .filter((r) => r.resourceType === 'Practitioner')
+        .map((r) => r.id),
+    ),
+  ],
+  questionnaire: typeof content.questionnaire === 'string' ? content.questionnaire : null,
+});
 
 /** Folds a batch into the last state of each resource it touches. */
 const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
@@ -59,6 +84,8 @@ const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
           project: null,
           author: null,
           created: false,
+          practitioner_ids: null,
+          questionnaire: null,
         }),
         version_id: versionId,
         last_updated: d.at,
@@ -70,6 +97,7 @@ const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
     const d = event.data as CreatedData | ChangedData;
     const { patientId, encounterId } = compartmentOf(resourceType, id, d.resource);
     const created = kind.kind === 'created' ? (d as CreatedData) : undefined;
+    const links = everythingLinksOf(resourceType, d.resource);
     rows.set(key, {
       resource_type: resourceType,
       id,
@@ -84,6 +112,8 @@ const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
       author: created ? (created.author ?? null) : (previous?.author ?? null),
       created: created !== undefined || (previous?.created ?? false),
       identifiers: identifiersOf(d.resource),
+      practitioner_ids: links.practitionerIds,
+      questionnaire: links.questionnaire,
     });
   }
   return [...rows.values()];
@@ -108,15 +138,17 @@ BEGIN
 WITH input AS (
   SELECT * FROM json_to_recordset(batch) AS x(resource_type text, id integer, tenant_id integer,
     version_id integer, content json, last_updated timestamptz, deleted boolean, patient_id integer,
-    encounter_id integer, project text, author text, created boolean, identifiers json)),
+    encounter_id integer, project text, author text, created boolean, identifiers json,
+    practitioner_ids integer[], questionnaire text)),
 inserted AS (
   INSERT INTO rm_resources (resource_type, id, tenant_id, version_id, content, last_updated, deleted,
-                            patient_id, encounter_id, project, author)
+                            patient_id, encounter_id, project, author, practitioner_ids, questionnaire)
   SELECT resource_type, id, tenant_id, version_id, content, last_updated, deleted, patient_id, encounter_id,
-         project, author FROM input WHERE created
+         project, author, practitioner_ids, questionnaire FROM input WHERE created
   ON CONFLICT (resource_type, id) DO UPDATE SET version_id = EXCLUDED.version_id, content = EXCLUDED.content,
     last_updated = EXCLUDED.last_updated, deleted = EXCLUDED.deleted, patient_id = EXCLUDED.patient_id,
-    encounter_id = EXCLUDED.encounter_id
+    encounter_id = EXCLUDED.encounter_id, practitioner_ids = EXCLUDED.practitioner_ids,
+    questionnaire = EXCLUDED.questionnaire
     WHERE rm_resources.version_id < EXCLUDED.version_id
   -- xmax is 0 on a row this statement inserted, and set on one it updated instead (a creation
   -- delivered again): only an updated row can hold identifiers that must go.
@@ -125,7 +157,9 @@ updated AS (
   UPDATE rm_resources r SET version_id = i.version_id, content = coalesce(i.content, r.content),
     last_updated = i.last_updated, deleted = i.deleted,
     patient_id = CASE WHEN i.content IS NULL THEN r.patient_id ELSE i.patient_id END,
-    encounter_id = CASE WHEN i.content IS NULL THEN r.encounter_id ELSE i.encounter_id END
+    encounter_id = CASE WHEN i.content IS NULL THEN r.encounter_id ELSE i.encounter_id END,
+    practitioner_ids = CASE WHEN i.content IS NULL THEN r.practitioner_ids ELSE i.practitioner_ids END,
+    questionnaire = CASE WHEN i.content IS NULL THEN r.questionnaire ELSE i.questionnaire END
   FROM input i
   WHERE NOT i.created AND r.resource_type = i.resource_type AND r.id = i.id AND r.version_id < i.version_id
   RETURNING r.resource_type, r.id, r.tenant_id, true AS replaced),
@@ -168,8 +202,14 @@ export const resourcesProjection: Projection = {
       encounter_id integer,
       project text,
       author text,
+      practitioner_ids integer[],
+      questionnaire text,
       PRIMARY KEY (resource_type, id)
     );
+    -- Read models made before $everything's columns: their rows keep NULL (read from the content,
+    -- see everythingLinksOf) until a rebuild.
+    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS practitioner_ids integer[];
+    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS questionnaire text;
     CREATE INDEX IF NOT EXISTS rm_resources_patient ON rm_resources (tenant_id, patient_id);
     CREATE INDEX IF NOT EXISTS rm_resources_encounter ON rm_resources (tenant_id, encounter_id);
     CREATE TABLE IF NOT EXISTS rm_resource_identifiers (

@@ -15,11 +15,12 @@ import {
 import type { EventStore } from '../eventstore/port.js';
 import { authorize, isAllowed, mayAtAll, type Principal, targetOf } from '../fhir/access.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
-import { MAX_RESOURCE_ID, referenceId, resourceIdIn, toFhirResource } from '../fhir/references.js';
+import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
 import { SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
 import {
   countResources,
+  everythingLinksOf,
   type KeyedRow,
   type ResourceQuery,
   type ResourceRow,
@@ -653,22 +654,13 @@ export interface EverythingPage {
   readonly next: string | undefined;
 }
 
-const referencedIds = (
-  rows: readonly ResourceRow[],
-  type: 'Practitioner',
-  elements: readonly string[],
-): number[] => {
-  const ids = new Set<number>();
-  for (const row of rows)
-    for (const element of elements) {
-      const value = row.resource[element];
-      for (const ref of Array.isArray(value) ? value : [value]) {
-        const id = referenceId(ref, 'Practitioner');
-        if (id !== undefined && type === 'Practitioner') ids.add(id);
-      }
-    }
-  return [...ids];
-};
+/**
+ * The columns of a compartment row for $everything: the facts the scope checks and the order need,
+ * what it links to, and no content — unless the row predates those columns (`practitioner_ids`
+ * NULL until a rebuild), whose links are then read from the content.
+ */
+const EVERYTHING_COLUMNS = `resource_type, id, tenant_id, version_id, last_updated, deleted, patient_id, encounter_id,
+  project, author, practitioner_ids, questionnaire, CASE WHEN practitioner_ids IS NULL THEN content END AS content`;
 
 /**
  * `GET /Patient/{id}/$everything` (FHIR R5 Patient-everything; issue 14): the Patient, every live
@@ -685,22 +677,38 @@ export const everything = async (
   params: SearchParams,
 ): Promise<EverythingPage> => {
   const patient = await read(sql, principal, DEFINITIONS.Patient, patientId);
+  // Paging reads the compartment's keys and links only, then the content of the page's rows: a
+  // Patient with 1,500 reports of 10 KB brought 15 MB into the server for every page of 10.
   const compartment = await sql.query(
-    `SELECT * FROM rm_resources WHERE tenant_id = $1 AND patient_id = $2 AND NOT deleted AND resource_type <> 'Patient'`,
+    `SELECT ${EVERYTHING_COLUMNS} FROM rm_resources
+      WHERE tenant_id = $1 AND patient_id = $2 AND NOT deleted AND resource_type <> 'Patient'`,
     [principal.tenantId, patientId],
   );
-  const rows = compartment.map(rowOf);
-  const practitioners = referencedIds(rows, 'Practitioner', ['owner', 'requester', 'author', 'participant']);
-  const canonicals = [
-    ...new Set(rows.map((r) => r.resource.questionnaire).filter((q): q is string => typeof q === 'string')),
-  ];
+  const practitioners = new Set<number>();
+  const canonicals = new Set<string>();
+  const rows = compartment.map((r) => {
+    const row = rowOf(r);
+    const links =
+      r.practitioner_ids === null
+        ? everythingLinksOf(row.resourceType, row.resource)
+        : {
+            practitionerIds: r.practitioner_ids as number[],
+            questionnaire: r.questionnaire as string | null,
+          };
+    for (const id of links.practitionerIds) practitioners.add(Number(id));
+    if (links.questionnaire) canonicals.add(links.questionnaire);
+    return row;
+  });
   const referenced = [
-    ...(practitioners.length
-      ? await searchResources(sql, 'Practitioner', principal.tenantId, { ids: practitioners, limit: 1000 })
+    ...(practitioners.size
+      ? await searchResources(sql, 'Practitioner', principal.tenantId, {
+          ids: [...practitioners],
+          limit: 1000,
+        })
       : []),
-    ...(canonicals.length
+    ...(canonicals.size
       ? await searchResources(sql, 'Questionnaire', principal.tenantId, {
-          elements: [{ element: 'url', values: canonicals.map((c) => c.split('|')[0]!) }],
+          elements: [{ element: 'url', values: [...canonicals].map((c) => c.split('|')[0]!) }],
           limit: 1000,
         })
       : []),
@@ -738,9 +746,19 @@ export const everything = async (
   }
   const page = all.slice(start, start + size);
   const last = page.at(-1);
+  // The content of the page's compartment rows (reads by key, batched); one deleted meanwhile drops out.
+  const loaded = await Promise.all(
+    page.map((row) =>
+      row.resource === null ? readResource(sql, row.resourceType, row.id, principal.tenantId) : row,
+    ),
+  );
   const next =
     start + size < all.length && last
       ? Buffer.from(`${EVERYTHING_ORDER.indexOf(last.resourceType)}-${last.id}`).toString('base64url')
       : undefined;
-  return { rows: page, total: all.length, next };
+  return {
+    rows: loaded.filter((row): row is ResourceRow => row !== undefined && !row.deleted),
+    total: all.length,
+    next,
+  };
 };
