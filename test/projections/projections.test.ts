@@ -462,7 +462,7 @@ const dumpSequences = async (sql: Sql) => {
 
 /**
  * An rm_resources row of tenant 1 whose content is version `versionId` (full FHIR JSON), with no
- * compartment, project or author: spread it and override what a resource has.
+ * compartment, project, author or $everything links: spread it and override what a resource has.
  */
 const resourceRow = (
   resourceType: ResourceType,
@@ -487,6 +487,8 @@ const resourceRow = (
   encounter_id: null,
   project: null,
   author: null,
+  practitioner_ids: [],
+  questionnaire: null,
 });
 
 const identifierRow = (resourceType: ResourceType, tenantId: number, identifier: Identifier, id: number) => ({
