@@ -95,9 +95,10 @@ DROP FUNCTION IF EXISTS es_append(json, text[]);
 -- known: the projections the appending process maintains (NULL: no check). A projection that is
 -- live but not among them is run by a newer casebook version: the append is refused (CBP01).
 CREATE OR REPLACE FUNCTION es_append(requests jsonb, data json, known text[] DEFAULT NULL) RETURNS json LANGUAGE plpgsql AS $fn$
--- casebook es_append v5
+-- casebook es_append v6
 DECLARE
   req jsonb;
+  i int := 0;
   datas json[] := ARRAY(SELECT d FROM json_array_elements(data) d);
   data_offset int := 0;
   this_offset int;
@@ -105,9 +106,11 @@ DECLARE
   stream text;
   expected text;
   current_rev bigint;
-  revisions jsonb := '{}';
+  -- The revision of each request's stream, in request order (read under the locks below).
+  revs bigint[];
   event_count int;
-  found int;
+  -- (not "found": a variable of that name hides PL/pgSQL's FOUND)
+  found_count int;
   offsets int;
   same_stream boolean;
   last_rev bigint;
@@ -172,18 +175,77 @@ BEGIN
     ON CONFLICT DO NOTHING;
   -- A fixed lock order (by name) keeps concurrent multi-stream appends deadlock-free.
   -- Index lookups by array (= ANY), never a join the planner may turn into a scan of the table.
-  FOR stream, current_rev IN
+  -- Each request's revision, read from its locked row: v5 kept them in a jsonb object grown by one
+  -- key per stream, which made an append quadratic in its streams.
+  WITH locked AS (
     SELECT s.stream_name, s.revision FROM es_streams s
      WHERE s.stream_name = ANY (ARRAY(SELECT r->>'stream' FROM jsonb_array_elements(requests) r))
-     ORDER BY s.stream_name FOR UPDATE
-  LOOP
-    revisions := revisions || jsonb_build_object(stream, current_rev);
-  END LOOP;
+     ORDER BY s.stream_name FOR UPDATE)
+  SELECT array_agg(l.revision ORDER BY r.n) INTO revs
+    FROM jsonb_array_elements(requests) WITH ORDINALITY r(value, n)
+    JOIN locked l ON l.stream_name = r.value->>'stream';
 
+  -- No event id stored yet (not a replay): every request is checked, then written, by one statement
+  -- each for all streams, whatever their number.
+  IF NOT EXISTS (SELECT 1 FROM es_events e
+                  WHERE e.event_id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements(requests) r,
+                                                       jsonb_array_elements(r->'events') x))) THEN
+    SELECT r.value->>'stream', r.value->>'expected', revs[r.n] INTO stream, expected, current_rev
+      FROM jsonb_array_elements(requests) WITH ORDINALITY r(value, n)
+     WHERE NOT (r.value->>'expected' = 'any'
+                OR (r.value->>'expected' = 'no_stream' AND revs[r.n] < 0)
+                OR (r.value->>'expected' = 'exists' AND revs[r.n] >= 0)
+                OR (r.value->>'expected' ~ '^[0-9]+$' AND (r.value->>'expected')::bigint = revs[r.n]))
+     ORDER BY r.n LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'CBW01', MESSAGE = 'wrong expected version',
+        DETAIL = json_build_object('stream', stream, 'expected', expected, 'actual', current_rev::text)::text;
+    END IF;
+    WITH req AS (
+      SELECT r.value AS request, r.value->>'stream' AS stream, r.n, revs[r.n] AS revision,
+             jsonb_array_length(r.value->'events') AS event_count,
+             (coalesce(sum(jsonb_array_length(r.value->'events')) OVER (ORDER BY r.n
+                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::int AS first_data
+        FROM jsonb_array_elements(requests) WITH ORDINALITY r(value, n)),
+    inserted AS (
+      INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
+      SELECT (x.value->>'id')::uuid, req.stream, req.revision + x.n, x.value->>'type',
+             datas[req.first_data + x.n::int], x.value->'metadata'
+        FROM req, jsonb_array_elements(req.request->'events') WITH ORDINALITY x(value, n)
+       ORDER BY req.n, x.n
+      RETURNING stream_name, revision, transaction_id, position),
+    bumped AS (
+      UPDATE es_streams s SET revision = u.revision
+        FROM unnest(ARRAY(SELECT q.stream FROM req q WHERE q.event_count > 0),
+                    ARRAY(SELECT q.revision + q.event_count FROM req q WHERE q.event_count > 0)) u(stream, revision)
+       WHERE s.stream_name = u.stream),
+    last_written AS (
+      SELECT DISTINCT ON (l.stream_name) l.* FROM inserted l ORDER BY l.stream_name, l.revision DESC)
+    SELECT json_build_object(
+      'streams', (SELECT coalesce(json_agg(json_build_object('stream', q.stream,
+                    'revision', coalesce(w.revision, q.revision)::text, 'written', w.revision IS NOT NULL,
+                    'commit', coalesce(w.transaction_id::text, o.commit, '0'),
+                    'position', coalesce(w.position::text, o.position, '0')) ORDER BY q.n), '[]')
+                    FROM req q LEFT JOIN last_written w ON w.stream_name = q.stream
+                    -- A request without events answers its stream's last event, as stored.
+                    LEFT JOIN LATERAL (SELECT e.transaction_id::text AS commit, e.position::text AS position
+                                         FROM es_events e
+                                        WHERE q.event_count = 0 AND e.stream_name = q.stream
+                                        ORDER BY e.revision DESC LIMIT 1) o ON true),
+      'events', (SELECT coalesce(json_agg(json_build_object('stream', i.stream_name, 'revision', i.revision::text,
+                   'commit', i.transaction_id::text, 'position', i.position::text) ORDER BY i.position), '[]')
+                   FROM inserted i),
+      'projections', (SELECT coalesce(json_object_agg(p.name, p.status), '{}') FROM projection_state p))
+      INTO result;
+    RETURN result;
+  END IF;
+
+  -- Some event ids are stored: request by request, a replay answers what was stored.
   FOR req IN SELECT * FROM jsonb_array_elements(requests) LOOP
+    i := i + 1;
     stream := req->>'stream';
     expected := req->>'expected';
-    current_rev := (revisions->>stream)::bigint;
+    current_rev := revs[i];
     event_count := jsonb_array_length(req->'events');
     this_offset := data_offset;
     data_offset := data_offset + event_count;
@@ -194,10 +256,10 @@ BEGIN
       SELECT count(*), count(DISTINCT e.revision - array_position(ids, e.event_id)),
              coalesce(bool_and(e.stream_name = stream), true),
              max(e.revision), (array_agg(e.event_id::text ORDER BY array_position(ids, e.event_id)))[1]
-        INTO found, offsets, same_stream, last_rev, first_found
+        INTO found_count, offsets, same_stream, last_rev, first_found
         FROM es_events e WHERE e.event_id = ANY (ids);
-      IF found > 0 THEN
-        IF found = event_count AND offsets = 1 AND same_stream THEN
+      IF found_count > 0 THEN
+        IF found_count = event_count AND offsets = 1 AND same_stream THEN
           SELECT e.transaction_id::text, e.position::text INTO last_commit, last_position
             FROM es_events e WHERE e.stream_name = stream AND e.revision = last_rev;
           stream_results := stream_results || json_build_object('stream', stream, 'revision', last_rev::text,
@@ -238,7 +300,6 @@ BEGIN
     event_results := event_results || ARRAY(SELECT json_array_elements(written));
     current_rev := current_rev + event_count;
     UPDATE es_streams SET revision = current_rev WHERE stream_name = stream;
-    revisions := revisions || jsonb_build_object(stream, current_rev);
     stream_results := stream_results || json_build_object('stream', stream, 'revision', current_rev::text,
       'written', true, 'commit', written->(event_count - 1)->>'commit',
       'position', written->(event_count - 1)->>'position');
@@ -495,7 +556,7 @@ export class SqlEventStore implements EventStore {
           AND to_regclass('projection_state') IS NOT NULL
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append v5%')
+                        AND p.prosrc LIKE '%casebook es_append v6%')
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_inline'
                         AND p.pronamespace = current_schema()::regnamespace
                         AND p.prosrc LIKE '%casebook es_append_inline v1%')
