@@ -48,6 +48,10 @@ const TARGETS = {
   catchUpPostgres: 500, // events/s, projection catch-up (measured 953–1,765)
   rssPeakMiB: 1_024, // MiB, peak resident set over the run; PGlite's WASM heap dominates (measured 754–875)
   rssAfterMiB: 400, // MiB, resident set at the end, every database closed, after GC (measured 274–319)
+  // Cost per stream of one append to 1,600 existing streams ÷ the same for 100 streams, same run:
+  // ~1 when an append is linear in its streams (es_append v6 measured 0.65–0.93; v5, quadratic,
+  // 1.81 on PGlite and 2.16 on PostgreSQL, with 1,600 streams taking 3.3 s and 1.5 s).
+  wideAppendRatio: 1.5,
 } as const;
 
 /** BENCH_STRICT=1 fails the run when a result is worse than its target by more than this factor. */
@@ -310,6 +314,41 @@ const benchCatchUp = async (db: Database, store: EventStore, expected: number) =
   });
 };
 
+/**
+ * (e) One append to many existing streams (a transaction Bundle's reservations): the time per
+ * stream at 1,600 streams against 100, so the figure is a ratio measured in one run.
+ */
+const benchWideAppends = async (db: Database, store: EventStore) => {
+  const perStream: number[] = [];
+  for (const n of [100, 1_600]) {
+    const streams = Array.from({ length: n }, (_, i) => `bench-wide-${n}-${i}`);
+    const event = () => ({ ...sessionCreated(0), type: 'BenchWideAppend' });
+    await store.appendMany(
+      streams.map((streamName) => ({ streamName, events: [event()], expectedState: 'no_stream' })),
+    );
+    const started = performance.now();
+    await store.appendMany(
+      streams.map((streamName) => ({ streamName, events: [event()], expectedState: 0n })),
+    );
+    const ms = performance.now() - started;
+    perStream.push(ms / n);
+    record({
+      name: `appendMany to ${n.toLocaleString('en-US')} existing streams`,
+      engine: db.engine,
+      value: ms,
+      unit: 'ms',
+    });
+  }
+  record({
+    name: 'per-stream cost, 1,600 streams ÷ 100',
+    engine: db.engine,
+    value: perStream[1]! / perStream[0]!,
+    unit: '×',
+    target: TARGETS.wideAppendRatio,
+    direction: 'max',
+  });
+};
+
 const runEngine = async (engine: Database['engine'], open: () => Promise<Database | undefined>) => {
   const db = await open();
   if (!db) return;
@@ -320,6 +359,7 @@ const runEngine = async (engine: Database['engine'], open: () => Promise<Databas
     if (db.engine === 'postgres') await benchConcurrentAppends(db, store, SEQUENTIAL_APPENDS + 1);
     const events = await benchReadAll(db, store);
     await benchCatchUp(db, store, events);
+    await benchWideAppends(db, store);
     record({ name: 'RSS after the benchmarks (after GC)', engine, value: await settledMib(), unit: 'MiB' });
   } finally {
     await store.close();

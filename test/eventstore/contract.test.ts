@@ -407,6 +407,42 @@ function contract(name: string, factory: () => Promise<ContractSubject>, options
         expect(ids(await store.readStream(existing))).to.deep.equal(ids(prior));
       });
 
+      it('appends to 300 existing streams at once at their revisions, mixed with new and empty requests, or refuses all', async () => {
+        const existing = Array.from({ length: 300 }, () => streamName());
+        for (const [i, stream] of existing.entries())
+          await store.append(stream, events(1 + (i % 3)), 'no_stream');
+        const fresh = streamName();
+        const request = (stale: boolean) => [
+          ...existing.map((stream, i) => ({
+            streamName: stream,
+            events: i % 7 === 0 ? [] : events(1),
+            expectedState: BigInt(i % 3) - (stale && i === 299 ? 1n : 0n),
+          })),
+          { streamName: fresh, events: events(2), expectedState: 'no_stream' as const },
+        ];
+        const error = await rejection(store.appendMany(request(true)));
+        expect(error).to.be.instanceOf(WrongExpectedVersion);
+        expect((error as WrongExpectedVersion).streamName).to.equal(existing[299]);
+        expect((error as WrongExpectedVersion).actual).to.equal(2n);
+        expect(await store.readStream(fresh)).to.deep.equal([]);
+        expect((await store.readStream(existing[1]!)).length).to.equal(2);
+        const accepted = request(false);
+        const result = await store.appendMany(accepted);
+        const revisions = [
+          ...existing.map((stream, i) => [stream, BigInt(i % 3) + (i % 7 === 0 ? 0n : 1n)]),
+          [fresh, 1n],
+        ];
+        expect(result.streams.map((s) => [s.streamName, s.nextRevision])).to.deep.equal(revisions);
+        const lengths = async () =>
+          [...(await store.readStreams([...existing, fresh])).values()].map((events) => events.length);
+        const stored = await lengths();
+        expect(stored).to.deep.equal(revisions.map(([, r]) => Number(r) + 1));
+        // The same append again is a replay: the stored result, nothing written.
+        const replay = await store.appendMany(accepted);
+        expect(replay.streams.map((s) => [s.streamName, s.nextRevision])).to.deep.equal(revisions);
+        expect(await lengths()).to.deep.equal(stored);
+      });
+
       it('creates several new streams in one append, each from revision 0, in request order in $all', async () => {
         const head = await store.headPosition();
         const streams = [streamName(), streamName(), streamName()];
