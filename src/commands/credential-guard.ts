@@ -46,7 +46,7 @@ export type CredentialCheck =
   /** Too many checks are waiting already: refused without checking (503). */
   | { readonly kind: 'busy'; readonly retryAfterSeconds: number };
 
-/** One guard per Casebook (its counters are the process's own, see "Scale-out" for several). */
+/** One guard per Casebook: its counts are the process's own (docs/architecture.md "Security"). */
 export class CredentialGuard {
   private readonly verified = new Map<string, number>();
   private readonly inFlight = new Map<string, Promise<CredentialCheck>>();

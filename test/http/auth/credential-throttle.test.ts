@@ -7,6 +7,7 @@
  */
 import { expect } from 'chai';
 import { registerClient } from '../../../src/commands/tenants.js';
+import { loadConfig } from '../../../src/config.js';
 import { auditEventsIn } from '../../../src/fhir/audit-event.js';
 import { basic, seed, startTestApp, type TestApp } from '../../support/app.js';
 import { testDatabases } from '../../support/databases.js';
@@ -130,3 +131,14 @@ for (const database of testDatabases) {
     });
   });
 }
+
+describe('TRUST_PROXY_HOPS', () => {
+  it('defaults to 0 and takes a small non-negative integer only', () => {
+    expect(loadConfig({ DATA_DIR: 'memory://' }).trustProxyHops).to.equal(0);
+    expect(loadConfig({ DATA_DIR: 'memory://', TRUST_PROXY_HOPS: '2' }).trustProxyHops).to.equal(2);
+    for (const value of ['-1', '1.5', 'yes', '17'])
+      expect(() => loadConfig({ DATA_DIR: 'memory://', TRUST_PROXY_HOPS: value }), value).to.throw(
+        /invalid configuration: TRUST_PROXY_HOPS/,
+      );
+  });
+});
