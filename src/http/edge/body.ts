@@ -32,6 +32,12 @@ export const MAX_FORM_BODY_BYTES = 65_536;
 export const MAX_JSON_DEPTH = 64;
 /** The most fields a form-encoded body may have. */
 export const MAX_FORM_FIELDS = 1_000;
+/**
+ * Bytes of request bodies the process holds at once (32 MiB): read, parsed and handled until the
+ * answer. Each authenticated request may send up to 1 MiB, which parses into several times as
+ * much; 1,000 at once took the server to 1.5 GB and a few thousand would exhaust its heap.
+ */
+export const MAX_BODY_BYTES_IN_FLIGHT = 32 * 1_048_576;
 
 const JSON_TYPES = ['application/json', 'application/fhir+json'];
 const FORM_TYPE = 'application/x-www-form-urlencoded';
@@ -228,21 +234,44 @@ export const parseFormBody = (text: string): Record<string, string | string[]> =
  * Koa middleware: parses JSON (`application/json`, `application/fhir+json`) and form-encoded
  * bodies of POST, PUT, PATCH and DELETE into `ctx.request.body`, within the limits above. Other
  * content types are left unread (the routes refuse them with 415).
- * @throws {HttpError} 400, 413 or 415 as described in this module's header.
+ *
+ * Bodies in flight share `bytesInFlight` (default {@link MAX_BODY_BYTES_IN_FLIGHT}): a request
+ * reserves its declared `Content-Length` (its size limit when it declares none or is encoded, since
+ * decoding may grow it) from before reading it until it is answered. One that does not fit is
+ * refused at once, unread: 503 `TooManyBodies` with `Retry-After: 1` (docs/interface.md §8).
+ * @throws {HttpError} 400, 413, 415 or 503 as described here and in this module's header.
  */
-export const boundedBody = (): Middleware => async (ctx, next) => {
-  const kind = bodyKind(ctx);
-  if (!kind) return next();
-  // A smaller limit set for this request (src/http/edge/authenticate.ts: a handover's body).
-  const limit = Math.min(
-    kind === 'json' ? MAX_JSON_BODY_BYTES : MAX_FORM_BODY_BYTES,
-    (ctx.state.bodyLimit as number | undefined) ?? Number.POSITIVE_INFINITY,
-  );
-  const what = kind === 'json' ? 'JSON body' : 'form body';
-  const declared = Number(ctx.get('Content-Length'));
-  if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit, what);
-  const raw = await readLimited(ctx.req, limit, what);
-  const text = utf8Text(ctx, await decodeContent(ctx, raw, limit, what));
-  ctx.request.body = kind === 'json' ? parseJsonBody(text) : parseFormBody(text);
-  return next();
+export const boundedBody = (options: { bytesInFlight?: number } = {}): Middleware => {
+  const capacity = options.bytesInFlight ?? MAX_BODY_BYTES_IN_FLIGHT;
+  let held = 0;
+  return async (ctx, next) => {
+    const kind = bodyKind(ctx);
+    if (!kind) return next();
+    // A smaller limit set for this request (src/http/edge/authenticate.ts: a handover's body).
+    const limit = Math.min(
+      kind === 'json' ? MAX_JSON_BODY_BYTES : MAX_FORM_BODY_BYTES,
+      (ctx.state.bodyLimit as number | undefined) ?? Number.POSITIVE_INFINITY,
+    );
+    const what = kind === 'json' ? 'JSON body' : 'form body';
+    const declared = ctx.get('Content-Length') === '' ? Number.NaN : Number(ctx.get('Content-Length'));
+    if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit, what);
+    const encoded = !['', 'identity'].includes(ctx.get('Content-Encoding').trim().toLowerCase());
+    const reserved = Number.isFinite(declared) && declared >= 0 && !encoded ? declared : limit;
+    if (held + reserved > capacity)
+      throw new HttpError(
+        503,
+        'TooManyBodies',
+        'the server holds as many request bodies as it can at once; retry shortly',
+        { 'Retry-After': '1' },
+      );
+    held += reserved;
+    try {
+      const raw = await readLimited(ctx.req, limit, what);
+      const text = utf8Text(ctx, await decodeContent(ctx, raw, limit, what));
+      ctx.request.body = kind === 'json' ? parseJsonBody(text) : parseFormBody(text);
+      return await next();
+    } finally {
+      held -= reserved;
+    }
+  };
 };
