@@ -67,22 +67,40 @@ const child = (path: string, key: string | number): string => {
  * @returns the first violation with its path, or undefined when every string is valid.
  */
 export const findJsonStringViolation = (value: unknown, root = ''): JsonStringViolation | undefined => {
-  const stack: { value: unknown; path: string }[] = [{ value, path: root }];
+  // Each entry names its parent and key; the path is built only for the violation, not for every
+  // element (building it for all made the walk of a 1 MB body take longer than its JSON.parse).
+  interface Entry {
+    readonly value: unknown;
+    readonly parent: Entry | undefined;
+    readonly key: string | number | undefined;
+  }
+  const pathOf = (entry: Entry | undefined, key?: string): string => {
+    const keys: (string | number)[] = key === undefined ? [] : [key];
+    for (let e = entry; e?.key !== undefined; e = e.parent) keys.push(e.key);
+    return keys.reduceRight<string>((path, k) => child(path, k), root);
+  };
+  const stack: Entry[] = [{ value, parent: undefined, key: undefined }];
   while (stack.length > 0) {
-    const { value: current, path } = stack.pop()!;
+    const entry = stack.pop()!;
+    const current = entry.value;
     if (typeof current === 'string') {
       const violation = stringViolation(current);
-      if (violation) return { ...violation, path, inKey: false };
+      if (violation) return { ...violation, path: pathOf(entry), inKey: false };
     } else if (Array.isArray(current)) {
-      for (let i = current.length - 1; i >= 0; i--) stack.push({ value: current[i], path: child(path, i) });
+      for (let i = current.length - 1; i >= 0; i--) stack.push({ value: current[i], parent: entry, key: i });
     } else if (current !== null && typeof current === 'object') {
       const keys = Object.keys(current);
       for (const key of keys) {
         const violation = stringViolation(key);
-        if (violation) return { ...violation, path: child(path, key), inKey: true };
+        if (violation) return { ...violation, path: pathOf(entry, key), inKey: true };
       }
-      for (let i = keys.length - 1; i >= 0; i--)
-        stack.push({ value: (current as Record<string, unknown>)[keys[i]!], path: child(path, keys[i]!) });
+      for (let i = keys.length - 1; i >= 0; i--) {
+        const key = keys[i]!;
+        const member = (current as Record<string, unknown>)[key];
+        // Numbers, booleans and null hold no string: not worth a stack entry.
+        if (typeof member === 'string' || (member !== null && typeof member === 'object'))
+          stack.push({ value: member, parent: entry, key });
+      }
     }
   }
   return undefined;
