@@ -81,7 +81,7 @@ export interface Config {
   readonly metricsToken: string | undefined;
   /**
    * Reverse proxies in front of casebook whose `X-Forwarded-For` is believed (TRUST_PROXY_HOPS,
-   * default 0): the client address of a request (its AuditEvent's `source`, the credential
+   * default 0): the client address of a request (its AuditEvent agent's `networkString`, the credential
    * throttle's key) is the entry that many hops from the right of that header, else the socket's
    * peer. With 0 the header is ignored: a client cannot write its own address into the audit trail.
    */
