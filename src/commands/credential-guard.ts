@@ -133,7 +133,7 @@ export class CredentialGuard {
       if (this.verified.size >= VERIFIED_MAX) this.verified.clear();
       this.verified.set(fingerprint, this.now());
       if (keys) await this.release(keys.client, keys.address);
-    } else this.verified.delete(fingerprint);
+    }
     return { kind: ok ? 'valid' : 'invalid' };
   }
 

@@ -1,7 +1,7 @@
 /** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
 import { z } from 'zod';
 import { isCalendarDate } from './dates.js';
-import { MAX_RESOURCE_ID, resourceIdIn } from './references.js';
+import { idInReference, MAX_RESOURCE_ID } from './references.js';
 
 /** docs/interface.md §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
 export const identifier = z
@@ -90,23 +90,24 @@ export const fhirDateTime = z
  * A literal reference to a resource of `type` on this server: `{ "reference": "Type/<id>" }`, its id
  * one casebook can hold (docs/interface.md §8; a larger one would name no resource, and go unchecked).
  */
-export const reference = (type: string) => {
-  const pattern = new RegExp(`^${type}/\\d{1,10}$`);
-  return z
+export const reference = (type: string) =>
+  z
     .object({
-      reference: z
-        .string()
-        .regex(pattern, `must reference a ${type} as ${type}/<id>`)
-        .refine(
-          // Only a reference of the right form is checked: a malformed one gets the message above.
-          (v) => !pattern.test(v) || resourceIdIn(v.slice(type.length + 1)) !== undefined,
-          `must reference a ${type} by an id of at most ${MAX_RESOURCE_ID}`,
-        ),
+      reference: z.string().superRefine((v, ctx) => {
+        // The reference parser the rest of casebook reads references with (src/fhir/references.ts).
+        if (idInReference(v, type) !== undefined) return;
+        const spelled = v.startsWith(`${type}/`) && /^\d{1,10}$/.test(v.slice(type.length + 1));
+        ctx.addIssue({
+          code: 'custom',
+          message: spelled
+            ? `must reference a ${type} by an id of at most ${MAX_RESOURCE_ID}`
+            : `must reference a ${type} as ${type}/<id>`,
+        });
+      }),
       display: z.string().optional(),
       type: z.literal(type).optional(),
     })
     .strict();
-};
 
 /** docs/interface.md §2.5: only prefix, given, family and text of a name are used; use, suffix, period… are ignored. */
 export const humanName = z

@@ -11,7 +11,7 @@ import {
   isAuditEventType,
 } from '../domain/audit/audit.js';
 import { agentKeys, auditEventsIn, CLIENT_SYSTEM, outcomeCode, SESSION_SYSTEM } from '../fhir/audit-event.js';
-import { MAX_RESOURCE_ID } from '../fhir/references.js';
+import { idInReference, MAX_RESOURCE_ID } from '../fhir/references.js';
 import type { Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
@@ -43,8 +43,8 @@ export const auditIndex = (event: AuditEventResource) => {
   const patients = [
     ...new Set(
       patientRefs.flatMap((r) => {
-        const m = typeof r === 'string' ? /^Patient\/(\d{1,10})$/.exec(r) : null;
-        return m && Number(m[1]) <= MAX_RESOURCE_ID ? [Number(m[1])] : [];
+        const id = typeof r === 'string' ? idInReference(r, 'Patient') : undefined;
+        return id === undefined ? [] : [id];
       }),
     ),
   ];
@@ -78,8 +78,8 @@ export const recordIndex = (record: AuditRecord): ReturnType<typeof auditIndex> 
     entities.push(
       type === 'Session' ? `${SESSION_SYSTEM}|${entity.reference.slice(slash + 1)}` : entity.reference,
     );
-    const own = type === 'Patient' ? /^Patient\/(\d{1,10})$/.exec(entity.reference) : null;
-    if (own && Number(own[1]) <= MAX_RESOURCE_ID) patients.push(Number(own[1]));
+    const own = type === 'Patient' ? idInReference(entity.reference, 'Patient') : undefined;
+    if (own !== undefined) patients.push(own);
     if (type !== 'Patient' && isPatientNumber(entity.patientId)) patients.push(entity.patientId);
   }
   return {

@@ -5,7 +5,7 @@ import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
-import { resourceIdIn } from '../../fhir/references.js';
+import { idInReference, resourceIdIn } from '../../fhir/references.js';
 import { tokenOf } from '../../fhir/resources.js';
 import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
 import { SESSION_COOKIE } from '../auth/sessions.js';
@@ -48,17 +48,17 @@ const findTask = async (ctx: Context, casebook: Casebook, tenantId: number): Pro
       'task',
     );
   if (task !== undefined) {
-    const m = /^(?:Task\/)?(\d{1,10})$/.exec(task.trim());
-    if (!m || resourceIdIn(m[1]!) === undefined)
+    const id = resourceIdIn(task.trim()) ?? idInReference(task.trim(), 'Task');
+    if (id === undefined)
       throw new DomainError(
         'invalid',
         'InvalidTask',
         `task must be a reference such as Task/123, not ${task}`,
         'task',
       );
-    const row = await readResource(casebook.sql, 'Task', Number(m[1]), tenantId);
+    const row = await readResource(casebook.sql, 'Task', id, tenantId);
     if (!row || row.deleted)
-      throw new DomainError('not_found', 'TaskNotFound', `Task/${m[1]} is not known in this data tenant`);
+      throw new DomainError('not_found', 'TaskNotFound', `Task/${id} is not known in this data tenant`);
     return row;
   }
   const token = tokenOf(identifier!);

@@ -492,18 +492,18 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
     noteAudit(ctx, { interaction: 'vread', action: 'R' });
-    const vid = ctx.params.vid ?? '';
+    const vid = resourceIdIn(ctx.params.vid ?? '');
     const version =
-      resourceIdIn(vid) !== undefined
-        ? (await queries.versions(casebook.sql, casebook.store, principal, def, id)).find(
-            (v) => v.versionId === Number(vid),
-          )
-        : undefined;
+      vid === undefined
+        ? undefined
+        : (await queries.versions(casebook.sql, casebook.store, principal, def, id)).find(
+            (v) => v.versionId === vid,
+          );
     if (!version)
       throw new DomainError(
         'not_found',
         'VersionNotFound',
-        `${def.type}/${id} has no version ${vid}`,
+        `${def.type}/${id} has no version ${ctx.params.vid ?? ''}`,
         undefined,
         {
           issueCode: 'not-found',
