@@ -13,7 +13,7 @@ import {
 import { agentKeys, auditEventsIn, CLIENT_SYSTEM, outcomeCode, SESSION_SYSTEM } from '../fhir/audit-event.js';
 import { idInReference, MAX_RESOURCE_ID } from '../fhir/references.js';
 import type { Projection } from './projection.js';
-import { rowsParam } from './projection.js';
+import { arrayLiteral } from './projection.js';
 
 type Ref = { reference?: string; identifier?: { system?: string; value?: string } };
 
@@ -143,15 +143,30 @@ export const auditEventsProjection: Projection = {
   apply: async (events, tx) => {
     const rows = events.flatMap(rowsOf);
     if (rows.length === 0) return;
-    // JSON arrays go straight into text[]/integer[] columns: about twice as fast as an
-    // ARRAY(SELECT json_array_elements_text(…)) subquery per row and array.
+    // Parallel arrays, one element per row (the array columns as literals cast back per row): a
+    // third to a fifth of PostgreSQL's time for the same rows as json_to_recordset, which parsed
+    // every row's arrays and content out of one JSON document (~30–40 µs a row; bench/README.md).
     await tx.query(
       `INSERT INTO rm_audit_events (id, tenant_id, recorded, action, outcome, code, agents, entities, patients, content)
-       SELECT x.id, x.tenant_id, x.recorded, x.action, x.outcome, x.code, x.agents, x.entities, x.patients, x.content
-         FROM json_to_recordset($1::json) AS x(id uuid, tenant_id integer, recorded timestamptz, action text,
-              outcome text, code text, agents text[], entities text[], patients integer[], content json)
+       SELECT x.id, x.tenant_id, x.recorded, x.action, x.outcome, x.code, x.agents::text[], x.entities::text[],
+              x.patients::integer[], x.content::json
+         FROM unnest($1::uuid[], $2::integer[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[],
+                     $8::text[], $9::text[], $10::text[])
+              WITH ORDINALITY AS x(id, tenant_id, recorded, action, outcome, code, agents, entities, patients, content, n)
+        ORDER BY x.n
        ON CONFLICT (id) DO NOTHING`,
-      [rowsParam(rows)],
+      [
+        rows.map((r) => r.id),
+        rows.map((r) => r.tenant_id),
+        rows.map((r) => r.recorded),
+        rows.map((r) => r.action),
+        rows.map((r) => r.outcome),
+        rows.map((r) => r.code),
+        rows.map((r) => arrayLiteral(r.agents)),
+        rows.map((r) => arrayLiteral(r.entities)),
+        rows.map((r) => arrayLiteral(r.patients)),
+        rows.map((r) => JSON.stringify(r.content)),
+      ],
     );
   },
 };
