@@ -99,6 +99,41 @@ for (const database of testDatabases) {
       expect(await counter(app.casebook.metrics.clientSecretHashes)).to.equal(hashes + 1);
     });
 
+    it('refuses an address after 100 wrong secrets over many client ids; another address still gets in', async () => {
+      await addClient('bystander-client', 'bystander-secret-0123456789');
+      const attacker = { 'X-Forwarded-For': '192.0.2.66' };
+      // Unknown ids, each tried once: no client id reaches its own bound, only the address does.
+      const statuses = await Promise.all(
+        Array.from({ length: 100 }, (_, i) =>
+          fhir(app, 'GET', '/Patient?_count=1', {
+            auth: basic(`unknown-client-${i}`, 'wrong-secret-0123456789'),
+            headers: attacker,
+          }).then((r) => r.status),
+        ),
+      );
+      expect(statuses).to.deep.equal(Array(100).fill(401));
+      const hashes = await counter(app.casebook.metrics.clientSecretHashes);
+      const refused = await fhir(app, 'GET', '/Patient?_count=1', {
+        auth: basic('bystander-client', 'bystander-secret-0123456789'),
+        headers: attacker,
+      });
+      expect(refused.status).to.equal(429);
+      expect(Number(refused.headers.get('Retry-After'))).to.be.within(1, 60);
+      expect(refused.body.issue[0].code).to.equal('throttled');
+      // Refused without a hash; the same client from another address is checked and let in.
+      expect(await counter(app.casebook.metrics.clientSecretHashes)).to.equal(hashes);
+      const elsewhere = await fhir(app, 'GET', '/Patient?_count=1', {
+        auth: basic('bystander-client', 'bystander-secret-0123456789'),
+        headers: { 'X-Forwarded-For': '192.0.2.67' },
+      });
+      expect(elsewhere.status).to.equal(200);
+      // Both counters are on /metrics, by result.
+      const text = await (await fetch(`${app.baseUrl}/metrics`)).text();
+      expect(text).to.match(/^casebook_client_secret_checks_total\{result="throttled"\} [1-9]\d*$/m);
+      expect(text).to.match(/^casebook_client_secret_checks_total\{result="invalid"\} [1-9]\d*$/m);
+      expect(text).to.match(/^casebook_client_secret_hashes_total [1-9]\d*$/m);
+    });
+
     it('takes the client address from the nearest X-Forwarded-For entry behind one proxy', async () => {
       const before = (await app.allEvents({ audit: true })).length;
       const res = await fhir(app, 'GET', '/Patient?_count=1', {
