@@ -153,11 +153,19 @@ export const writeSeal = async (
     const current = await lastSeal(tx);
     if ((current?.seq ?? 0) !== (previous?.seq ?? 0)) return undefined;
     const seq = (previous?.seq ?? 0) + 1;
+    // Parallel arrays (unnest): PostgreSQL reads them several times faster than the same rows as
+    // one JSON document (json_to_recordset; bench/README.md, stop 28).
     await tx.query(
       `INSERT INTO es_seal_leaves (commit_pos, prepare_pos, event_id, leaf, seal_seq)
-       SELECT x.commit_pos, x.prepare_pos, x.event_id, x.leaf, $2
-         FROM json_to_recordset($1::json) AS x(commit_pos numeric, prepare_pos numeric, event_id uuid, leaf text)`,
-      [JSON.stringify(leaves), seq],
+       SELECT x.commit_pos, x.prepare_pos, x.event_id, x.leaf, $5
+         FROM unnest($1::numeric[], $2::numeric[], $3::uuid[], $4::text[]) AS x(commit_pos, prepare_pos, event_id, leaf)`,
+      [
+        leaves.map((l) => l.commit_pos),
+        leaves.map((l) => l.prepare_pos),
+        leaves.map((l) => l.event_id),
+        leaves.map((l) => l.leaf),
+        seq,
+      ],
     );
     const [row] = await tx.query<Parameters<typeof toSeal>[0]>(
       `INSERT INTO es_seals (seq, from_position, to_position, to_commit, to_prepare, event_count, previous_hash, head_hash)
