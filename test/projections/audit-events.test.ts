@@ -27,14 +27,14 @@ const record = (n: number, name: string, tenantId: number | null): AuditRecord =
   ],
 });
 
-const eventOf = (records: AuditRecord[], tenantId: number | null): RecordedEvent => ({
-  id: '10000000-0000-4000-8000-000000000001',
+const eventOf = (records: AuditRecord[], tenantId: number | null, n = 1): RecordedEvent => ({
+  id: `10000000-0000-4000-8000-00000000000${n}`,
   type: AUDIT_EVENTS_RECORDED,
   data: { records },
   metadata: { tenantId } as RecordedEvent['metadata'],
-  streamName: 'audit-1',
+  streamName: `audit-${n}`,
   revision: 0n,
-  position: { commit: 1n, prepare: 1n },
+  position: { commit: BigInt(n), prepare: BigInt(n) },
 });
 
 describe('arrayLiteral', () => {
@@ -56,7 +56,9 @@ for (const db of testDatabases) {
       const { sql } = opened;
       await auditEventsProjection.migrate(sql);
       const records = HOSTILE.map((name, i) => record(i + 1, name, i % 2 ? null : 7));
-      const events = [eventOf(records, 7)];
+      // A refusal before authentication has no tenant: its row's tenant is NULL.
+      const anonymous = { ...record(99, 'anonymous', null), agent: { kind: 'anonymous' as const } };
+      const events = [eventOf(records, 7), eventOf([anonymous], null, 2)];
       await sql.transaction((tx) => auditEventsProjection.apply(events, tx, 'catch-up'));
       // Applied again (a replayed batch): nothing changes.
       await sql.transaction((tx) => auditEventsProjection.apply(events, tx, 'catch-up'));
@@ -74,7 +76,13 @@ for (const db of testDatabases) {
         `SELECT id::text, tenant_id, agents, entities, patients, content, action, code, outcome
            FROM rm_audit_events ORDER BY seq`,
       );
-      expect(rows.map((r) => r.id)).to.deep.equal(records.map((r) => r.id));
+      expect(rows.map((r) => r.id)).to.deep.equal([...records, anonymous].map((r) => r.id));
+      const last = rows.pop()!;
+      expect([last.tenant_id, last.agents, last.entities]).to.deep.equal([
+        null,
+        [],
+        ['Patient/99', 'Encounter/199'],
+      ]);
       for (const [i, row] of rows.entries()) {
         const index = recordIndex(records[i]!);
         expect(row.agents, `agents of ${JSON.stringify(HOSTILE[i])}`).to.deep.equal(index.agents);
