@@ -71,3 +71,32 @@ describe('PGlite empty-cluster template', function () {
     expect(await roundTrip(cut, 'z')).to.include('z');
   });
 });
+
+describe('in-memory PGlite', function () {
+  this.timeout(120_000);
+
+  it('opens every in-memory cluster empty and on its own, the later ones loaded from a tarball', async () => {
+    const opened: PgliteSql[] = [];
+    try {
+      for (let i = 0; i < 3; i++) {
+        const sql = await PgliteSql.open();
+        opened.push(sql);
+        // What an earlier cluster holds is not in this one: each starts as initdb left it.
+        const tables = await sql.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'`,
+        );
+        expect(tables[0]!.n, `cluster ${i + 1}`).to.equal(0);
+        await sql.exec(`CREATE TABLE t${i} (v text); INSERT INTO t${i} VALUES ('${i}')`);
+        const [db] = await sql.query<{ name: string; encoding: string }>(
+          `SELECT current_database() AS name, pg_encoding_to_char(encoding) AS encoding
+             FROM pg_database WHERE datname = current_database()`,
+        );
+        expect(db).to.deep.equal({ name: 'postgres', encoding: 'UTF8' });
+      }
+      // The first still holds its own table, unaffected by the others.
+      expect(await opened[0]!.query(`SELECT v FROM t0`)).to.deep.equal([{ v: '0' }]);
+    } finally {
+      for (const sql of opened) await sql.close();
+    }
+  });
+});
