@@ -134,6 +134,27 @@ for (const database of testDatabases) {
       expect(text).to.match(/^casebook_client_secret_hashes_total [1-9]\d*$/m);
     });
 
+    it('answers 503 CredentialChecksBusy with Retry-After past the waiting checks, and 401 to those it checked', async () => {
+      // Unknown ids from addresses of their own: no throttle applies, every one needs a hash.
+      const answers = await Promise.all(
+        Array.from({ length: 160 }, (_, i) =>
+          fhir(app, 'GET', '/Patient?_count=1', {
+            auth: basic(`busy-client-${i}`, 'wrong-secret-0123456789'),
+            headers: { 'X-Forwarded-For': `198.18.0.${i + 1}` },
+          }),
+        ),
+      );
+      const busy = answers.filter((a) => a.status === 503);
+      expect(answers.every((a) => a.status === 401 || a.status === 503)).to.equal(true);
+      expect(busy.length).to.be.greaterThan(0);
+      expect(answers.filter((a) => a.status === 401).length).to.be.at.least(100);
+      expect(busy[0]!.headers.get('Retry-After')).to.equal('1');
+      expect(busy[0]!.body.issue[0].code).to.equal('transient');
+      expect(busy[0]!.body.issue[0].diagnostics).to.equal(
+        'too many client credentials are being checked; retry shortly',
+      );
+    });
+
     it('takes the client address from the nearest X-Forwarded-For entry behind one proxy', async () => {
       const before = (await app.allEvents({ audit: true })).length;
       const res = await fhir(app, 'GET', '/Patient?_count=1', {
