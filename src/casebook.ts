@@ -9,7 +9,7 @@ import { v4 as uuidv4 } from 'uuid';
 import { type BackgroundSealer, BackgroundThread } from './background/thread.js';
 import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
-import { CredentialGuard } from './commands/credential-guard.js';
+import { CredentialGuard, migrateCredentialFailures } from './commands/credential-guard.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
@@ -152,6 +152,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}),
   });
   await migrateSequences(sql);
+  await migrateCredentialFailures(sql);
   const clock = options.clock ?? (() => new Date());
   const runner = new ProjectionRunner(store, sql, allProjections, logger, { clock });
   await runner.migrate();
@@ -210,6 +211,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       onCheck: (result) => metrics.clientSecretChecks.inc({ result }),
       onHash: () => metrics.clientSecretHashes.inc(),
       now: () => clock().getTime(),
+      sql,
     }),
     get audit() {
       audit ??= new AuditTrail(() =>

@@ -14,7 +14,10 @@
  * - **Failures are throttled**, counted per claimed client id (known or not, so the throttle does
  *   not tell which ids exist) and per client address. A check reserves a point of both before it
  *   runs and returns it when the secret was right, so concurrent wrong secrets cannot overrun the
- *   bound. Past it the id or address is refused without hashing for a minute (429).
+ *   bound. Past it the id or address is refused without hashing for a minute (429). Given the
+ *   database, the counts live in its table `credential_failures` (`rate-limiter-flexible`'s
+ *   PostgreSQL store, one atomic upsert a count): every replica on the database shares them and a
+ *   restart keeps them. Should the table fail, each process counts in memory meanwhile.
  *   A secret that verified before (its entry expired) is checked even then: an attacker guessing
  *   at a client's id does not lock out the client itself once it has authenticated.
  * - **At most {@link MAX_CONCURRENT_CHECKS} checks run at once** (half of libuv's default pool of
@@ -22,7 +25,13 @@
  *   a check is refused at once (503) rather than queued without end.
  */
 import pLimit from 'p-limit';
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import {
+  type RateLimiterAbstract,
+  RateLimiterMemory,
+  RateLimiterPostgres,
+  RateLimiterRes,
+} from 'rate-limiter-flexible';
+import type { Sql } from '../db/sql.js';
 import { hashSecret, hashToken, randomToken, verifySecret } from './secrets.js';
 
 /** How long a verified secret is taken without another scrypt, milliseconds. */
@@ -36,6 +45,53 @@ export const MAX_CONCURRENT_CHECKS = 2;
 /** scrypt checks waiting for a slot before new ones are refused. */
 export const MAX_WAITING_CHECKS = 100;
 const VERIFIED_MAX = 10_000;
+/** How often a process deletes expired failure counts, milliseconds. */
+const SWEEP_EVERY_MS = 300_000;
+/** The failure counts shared through the database (rate-limiter-flexible's columns). */
+const FAILURES_TABLE = 'credential_failures';
+
+/**
+ * Creates the table of failure counts if missing: `key` (`client:<sha-256 of the claimed id>` or
+ * `address:<address>`), `points` (failures counted), `expire` (epoch milliseconds the count or
+ * the refusal ends). Not a read model: counts are not events, and a rebuild leaves them.
+ */
+export const migrateCredentialFailures = (sql: Sql): Promise<void> =>
+  sql.exec(`CREATE TABLE IF NOT EXISTS ${FAILURES_TABLE} (
+    key varchar(255) PRIMARY KEY,
+    points integer NOT NULL DEFAULT 0,
+    expire bigint
+  )`);
+
+/**
+ * `sql` as rate-limiter-flexible's PostgreSQL client: its statements run through our handle (pool
+ * or PGlite), `expire` read back as a number whatever the driver makes of a bigint.
+ */
+const limiterClient = (sql: Sql) => ({
+  query: async (q: { text: string; values?: unknown[] }) => ({
+    rows: (
+      await sql.query<{ points: number; expire: string | number | bigint | null }>(q.text, q.values ?? [])
+    ).map((row) => ({ ...row, expire: row.expire === null ? null : Number(row.expire) })),
+  }),
+});
+
+/**
+ * A limiter of `points` failures a minute per key, then a minute's refusal: in the database's
+ * {@link FAILURES_TABLE} when `sql` is given (in memory while the table fails), else in memory.
+ */
+const failureLimiter = (keyPrefix: string, points: number, sql: Sql | undefined): RateLimiterAbstract => {
+  const options = { keyPrefix, points, duration: 60, blockDuration: 60 };
+  if (!sql) return new RateLimiterMemory(options);
+  return new RateLimiterPostgres({
+    ...options,
+    storeClient: limiterClient(sql),
+    storeType: 'client',
+    tableName: FAILURES_TABLE,
+    tableCreated: true,
+    // Its own sweep is a timer that outlives the handle; CredentialGuard sweeps instead.
+    clearExpiredByTimeout: false,
+    insuranceLimiter: new RateLimiterMemory(options),
+  });
+};
 
 /** What a check found. `retryAfterSeconds` goes to a `Retry-After` header. */
 export type CredentialCheck =
@@ -46,37 +102,39 @@ export type CredentialCheck =
   /** Too many checks are waiting already: refused without checking (503). */
   | { readonly kind: 'busy'; readonly retryAfterSeconds: number };
 
-/** One guard per Casebook: its counts are the process's own (docs/architecture.md "Security"). */
+/**
+ * One guard per Casebook (docs/architecture.md "Security"). Remembered secrets, shared scrypt runs
+ * and the bound on checks at once are the process's own; the failure counts are the database's
+ * when it is given (every replica's, kept across restarts).
+ */
 export class CredentialGuard {
   private readonly verified = new Map<string, number>();
   private readonly inFlight = new Map<string, Promise<CredentialCheck>>();
   private readonly slots = pLimit(MAX_CONCURRENT_CHECKS);
-  private readonly byClient = new RateLimiterMemory({
-    keyPrefix: 'client',
-    points: FAILURES_PER_CLIENT,
-    duration: 60,
-    blockDuration: 60,
-  });
-  private readonly byAddress = new RateLimiterMemory({
-    keyPrefix: 'address',
-    points: FAILURES_PER_ADDRESS,
-    duration: 60,
-    blockDuration: 60,
-  });
+  private readonly byClient: RateLimiterAbstract;
+  private readonly byAddress: RateLimiterAbstract;
   private dummyHash: Promise<string> | undefined;
+  /** When this process last deleted expired counts ({@link sweep}), epoch milliseconds. */
+  private sweptAt = Date.now();
 
   /**
    * @param hooks.onCheck called with the kind of each request's check (metrics)
    * @param hooks.onHash called for each scrypt the guard runs (metrics)
    * @param hooks.now clock in milliseconds, for the remembered secrets (tests move it)
+   * @param hooks.sql the database whose `credential_failures` table ({@link migrateCredentialFailures})
+   *   holds the failure counts; without it they are counted in this process's memory
    */
   constructor(
     private readonly hooks: {
       readonly onCheck?: (kind: CredentialCheck['kind']) => void;
       readonly onHash?: () => void;
       readonly now?: () => number;
+      readonly sql?: Sql;
     } = {},
-  ) {}
+  ) {
+    this.byClient = failureLimiter('client', FAILURES_PER_CLIENT, hooks.sql);
+    this.byAddress = failureLimiter('address', FAILURES_PER_ADDRESS, hooks.sql);
+  }
 
   private now(): number {
     return (this.hooks.now ?? Date.now)();
@@ -103,7 +161,11 @@ export class CredentialGuard {
     let pending = this.inFlight.get(fingerprint);
     if (!pending) {
       // A secret that verified before is checked again without the throttle (see above).
-      const keys = verifiedAt === undefined ? { client: hashToken(clientId), address } : undefined;
+      // An address as it is when it is one (up to 45 characters for IPv6), else its hash: a
+      // misconfigured proxy chain can hand over any string, and the table's key has 255 at most.
+      const addressKey = address.length <= 64 ? address : hashToken(address);
+      const keys =
+        verifiedAt === undefined ? { client: hashToken(clientId), address: addressKey } : undefined;
       pending = this.run(fingerprint, secret, stored, keys).finally(() => this.inFlight.delete(fingerprint));
       this.inFlight.set(fingerprint, pending);
     }
@@ -118,6 +180,7 @@ export class CredentialGuard {
     keys: { readonly client: string; readonly address: string } | undefined,
   ): Promise<CredentialCheck> {
     if (keys) {
+      this.sweep();
       const refused = await this.reserve(keys.client, keys.address);
       if (refused) return refused;
     }
@@ -162,6 +225,20 @@ export class CredentialGuard {
   /** Gives back the points {@link reserve} took (the secret was right, or it did not run). */
   private async release(client: string, address: string): Promise<void> {
     await Promise.all([this.byClient.reward(client), address ? this.byAddress.reward(address) : undefined]);
+  }
+
+  /**
+   * Deletes counts that ended over an hour ago from the database's table, at most every 5 minutes
+   * and only when a check is counted (no timer outlives the guard): ids and addresses an attacker
+   * makes up do not pile up. Failing to is harmless (an expired count is never read).
+   */
+  private sweep(): void {
+    const { sql } = this.hooks;
+    if (!sql || Date.now() - this.sweptAt < SWEEP_EVERY_MS) return;
+    this.sweptAt = Date.now();
+    sql
+      .query(`DELETE FROM ${FAILURES_TABLE} WHERE expire < $1::bigint`, [Date.now() - 3_600_000])
+      .catch(() => undefined);
   }
 
   /** A hash of a random secret nobody knows, made once, for unknown client ids. */

@@ -5,12 +5,18 @@
  * concurrent first requests of a client sharing one scrypt, and the client address of the audit
  * trail taken from X-Forwarded-For only behind configured proxies (TRUST_PROXY_HOPS).
  */
+
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { expect } from 'chai';
 import { registerClient } from '../../../src/commands/tenants.js';
 import { loadConfig } from '../../../src/config.js';
+import { PgliteSql, type Sql } from '../../../src/db/sql.js';
 import { auditEventsIn } from '../../../src/fhir/audit-event.js';
 import { basic, seed, startTestApp, type TestApp } from '../../support/app.js';
-import { testDatabases } from '../../support/databases.js';
+import { type OpenedDatabase, type TestDatabase, testDatabases } from '../../support/databases.js';
 import { fhir } from '../../support/fhir.js';
 
 const counter = async (
@@ -164,6 +170,135 @@ for (const database of testDatabases) {
       const [event] = await auditSince(before);
       expect(event.agent[0].networkString).to.equal('203.0.113.9');
     });
+  });
+
+  describe(`client failure counts in the database on ${database.name}`, function () {
+    this.timeout(60_000);
+    /** PostgreSQL: the schema (each casebook gets a pool of its own, which it closes). */
+    let opened: OpenedDatabase | undefined;
+    /** PGlite: the data directory each casebook opens in turn (one process at a time). */
+    let dataDir: string;
+    /** One more casebook's handle on the same database. */
+    const sameDatabase: TestDatabase = {
+      name: database.name,
+      open: async () => ({
+        sql: opened ? await opened.reopen(3) : await PgliteSql.open(dataDir),
+        reopen: async () => {
+          throw new Error('not used');
+        },
+        dispose: async () => undefined,
+      }),
+    };
+    const wrongSecrets = async (app: TestApp, clientId: string, from: number, to: number) => {
+      const statuses: number[] = [];
+      for (let i = from; i < to; i++) {
+        const res = await fhir(app, 'GET', '/Patient?_count=1', {
+          auth: basic(clientId, `wrong-secret-${i}`),
+          headers: { 'X-Forwarded-For': `203.0.113.${i + 1}` },
+        });
+        statuses.push(res.status);
+      }
+      return statuses;
+    };
+    const countRow = async (sql: Sql, clientId: string) =>
+      (
+        await sql.query<{ points: number }>(`SELECT points FROM credential_failures WHERE key = $1`, [
+          `client:${createHash('sha256').update(clientId).digest('hex')}`,
+        ])
+      )[0]?.points;
+
+    before(async () => {
+      if (database.name === 'postgres') opened = await database.open();
+      else dataDir = mkdtempSync(join(tmpdir(), 'casebook-throttle-'));
+    });
+    after(async () => {
+      await opened?.dispose();
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    });
+
+    it('keeps a client id refused across a restart: the new process hashes nothing for it', async () => {
+      const first = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
+      await seed(first);
+      const ctx = first.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
+      await registerClient(ctx, {
+        clientId: 'restart-client',
+        tenantId: 1,
+        secret: 'restart-secret-0123456789',
+        scopes: ['system/*.*'],
+        projects: [],
+      });
+      expect(await wrongSecrets(first, 'restart-client', 0, 10)).to.deep.equal(Array(10).fill(401));
+      expect(await countRow(first.casebook.sql, 'restart-client')).to.equal(10);
+      await first.close();
+
+      const second = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
+      try {
+        const hashes = await counter(second.casebook.metrics.clientSecretHashes);
+        const refused = await fhir(second, 'GET', '/Patient?_count=1', {
+          auth: basic('restart-client', 'restart-secret-0123456789'),
+          headers: { 'X-Forwarded-For': '203.0.113.200' },
+        });
+        expect(refused.status).to.equal(429);
+        expect(Number(refused.headers.get('Retry-After'))).to.be.within(1, 60);
+        expect(await counter(second.casebook.metrics.clientSecretHashes)).to.equal(hashes);
+      } finally {
+        await second.close();
+      }
+    });
+
+    it('counts an address of any length (a misconfigured proxy chain) under a key the table holds', async () => {
+      const app = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
+      try {
+        await seed(app);
+        const long = `198.51.100.${'9'.repeat(300)}`;
+        const res = await fhir(app, 'GET', '/Patient?_count=1', {
+          auth: basic('nobody-client', 'wrong-secret-0123456789'),
+          headers: { 'X-Forwarded-For': long },
+        });
+        expect(res.status).to.equal(401);
+        const [row] = await app.casebook.sql.query<{ points: number }>(
+          `SELECT points FROM credential_failures WHERE key = $1`,
+          [`address:${createHash('sha256').update(long).digest('hex')}`],
+        );
+        expect(row?.points).to.equal(1);
+      } finally {
+        await app.close();
+      }
+    });
+
+    if (database.name === 'postgres')
+      it('counts one client id over two replicas: 5 wrong secrets on each, and both refuse the next', async () => {
+        const one = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
+        const two = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
+        try {
+          await seed(one);
+          const ctx = one.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
+          await registerClient(ctx, {
+            clientId: 'replica-client',
+            tenantId: 1,
+            secret: 'replica-secret-0123456789',
+            scopes: ['system/*.*'],
+            projects: [],
+          });
+          // Alternating replicas, concurrently: the count is one atomic upsert, never lost.
+          const statuses = await Promise.all([
+            wrongSecrets(one, 'replica-client', 0, 5),
+            wrongSecrets(two, 'replica-client', 5, 10),
+          ]);
+          expect(statuses.flat()).to.deep.equal(Array(10).fill(401));
+          expect(await countRow(two.casebook.sql, 'replica-client')).to.equal(10);
+          for (const app of [one, two]) {
+            const refused = await fhir(app, 'GET', '/Patient?_count=1', {
+              auth: basic('replica-client', 'replica-secret-0123456789'),
+              headers: { 'X-Forwarded-For': '203.0.113.201' },
+            });
+            expect(refused.status).to.equal(429);
+          }
+        } finally {
+          await one.close();
+          await two.close();
+        }
+      });
   });
 
   describe(`client address without a configured proxy on ${database.name}`, () => {
