@@ -179,6 +179,9 @@ export class CredentialGuard {
     stored: string,
     keys: { readonly client: string; readonly address: string } | undefined,
   ): Promise<CredentialCheck> {
+    // Busy already: refused before the counts are touched, so a flood past the bound costs the
+    // database nothing (checked again below: the reservation awaits).
+    if (this.slots.pendingCount >= MAX_WAITING_CHECKS) return { kind: 'busy', retryAfterSeconds: 1 };
     if (keys) {
       this.sweep();
       const refused = await this.reserve(keys.client, keys.address);
