@@ -218,18 +218,21 @@ for (const database of testDatabases) {
 
     it('keeps a client id refused across a restart: the new process hashes nothing for it', async () => {
       const first = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
-      await seed(first);
-      const ctx = first.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
-      await registerClient(ctx, {
-        clientId: 'restart-client',
-        tenantId: 1,
-        secret: 'restart-secret-0123456789',
-        scopes: ['system/*.*'],
-        projects: [],
-      });
-      expect(await wrongSecrets(first, 'restart-client', 0, 10)).to.deep.equal(Array(10).fill(401));
-      expect(await countRow(first.casebook.sql, 'restart-client')).to.equal(10);
-      await first.close();
+      try {
+        await seed(first);
+        const ctx = first.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
+        await registerClient(ctx, {
+          clientId: 'restart-client',
+          tenantId: 1,
+          secret: 'restart-secret-0123456789',
+          scopes: ['system/*.*'],
+          projects: [],
+        });
+        expect(await wrongSecrets(first, 'restart-client', 0, 10)).to.deep.equal(Array(10).fill(401));
+        expect(await countRow(first.casebook.sql, 'restart-client')).to.equal(10);
+      } finally {
+        await first.close();
+      }
 
       const second = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
       try {
