@@ -29,14 +29,16 @@ const counter = async (
     )
     .reduce((sum, v) => sum + v.value, 0);
 
+/** Registers an API client of tenant 1 with every system scope. */
+const addClient = async (app: TestApp, clientId: string, secret: string) => {
+  const ctx = app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
+  await registerClient(ctx, { clientId, tenantId: 1, secret, scopes: ['system/*.*'], projects: [] });
+};
+
 for (const database of testDatabases) {
   describe(`client credentials under attack on ${database.name}`, function () {
     this.timeout(60_000);
     let app: TestApp;
-    const addClient = async (clientId: string, secret: string) => {
-      const ctx = app.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
-      await registerClient(ctx, { clientId, tenantId: 1, secret, scopes: ['system/*.*'], projects: [] });
-    };
     /** The AuditEvents of the log since event `count`. */
     const auditSince = async (count: number) =>
       (await app.allEvents({ audit: true }))
@@ -50,7 +52,7 @@ for (const database of testDatabases) {
     after(() => app?.close());
 
     it('refuses a client id after 10 wrong secrets with 429 and Retry-After, without hashing, and records it', async () => {
-      await addClient('target-client', 'target-secret-0123456789');
+      await addClient(app, 'target-client', 'target-secret-0123456789');
       const hashes = await counter(app.casebook.metrics.clientSecretHashes);
       const statuses: number[] = [];
       for (let i = 0; i < 10; i++) {
@@ -94,7 +96,7 @@ for (const database of testDatabases) {
     });
 
     it('checks 30 concurrent first requests of a client with one scrypt, all answered', async () => {
-      await addClient('burst-client', 'burst-secret-0123456789');
+      await addClient(app, 'burst-client', 'burst-secret-0123456789');
       const hashes = await counter(app.casebook.metrics.clientSecretHashes);
       const answers = await Promise.all(
         Array.from({ length: 30 }, () =>
@@ -106,7 +108,7 @@ for (const database of testDatabases) {
     });
 
     it('refuses an address after 100 wrong secrets over many client ids; another address still gets in', async () => {
-      await addClient('bystander-client', 'bystander-secret-0123456789');
+      await addClient(app, 'bystander-client', 'bystander-secret-0123456789');
       const attacker = { 'X-Forwarded-For': '192.0.2.66' };
       // Unknown ids, each tried once: no client id reaches its own bound, only the address does.
       const statuses = await Promise.all(
@@ -220,14 +222,7 @@ for (const database of testDatabases) {
       const first = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
       try {
         await seed(first);
-        const ctx = first.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
-        await registerClient(ctx, {
-          clientId: 'restart-client',
-          tenantId: 1,
-          secret: 'restart-secret-0123456789',
-          scopes: ['system/*.*'],
-          projects: [],
-        });
+        await addClient(first, 'restart-client', 'restart-secret-0123456789');
         expect(await wrongSecrets(first, 'restart-client', 0, 10)).to.deep.equal(Array(10).fill(401));
         expect(await countRow(first.casebook.sql, 'restart-client')).to.equal(10);
       } finally {
@@ -275,14 +270,7 @@ for (const database of testDatabases) {
         const two = await startTestApp(sameDatabase, { env: { TRUST_PROXY_HOPS: '1' } });
         try {
           await seed(one);
-          const ctx = one.casebook.context({ tenantId: 1, actor: { type: 'system', id: 'test' } });
-          await registerClient(ctx, {
-            clientId: 'replica-client',
-            tenantId: 1,
-            secret: 'replica-secret-0123456789',
-            scopes: ['system/*.*'],
-            projects: [],
-          });
+          await addClient(one, 'replica-client', 'replica-secret-0123456789');
           // Alternating replicas, concurrently: the count is one atomic upsert, never lost.
           const statuses = await Promise.all([
             wrongSecrets(one, 'replica-client', 0, 5),
