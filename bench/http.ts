@@ -21,7 +21,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { type Measured, measure, type Shape } from './support/load.js';
@@ -379,6 +379,8 @@ const printTable = () => {
     'target',
     '',
     'CPU ms/req',
+    'machine ms/req',
+    'idle',
   ];
   const lines = rows.map((r) => [
     r.system,
@@ -398,6 +400,8 @@ const printTable = () => {
     r.ratio ? (r.ratio.target >= 1 ? `≥ ×${r.ratio.target}` : `≥ ${r.ratio.target * 100} %`) : '',
     r.ratio ? (r.ratio.value >= r.ratio.target ? 'pass' : 'MISS') : '',
     fmt(r.measured.cpuPerRequest, 2),
+    fmt(r.measured.machinePerRequest, 2),
+    `${fmt(r.measured.idle * 100)} %`,
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join(' | ')} |`;
@@ -467,6 +471,37 @@ const main = async () => {
       .join(' ')}\n`,
   );
   printTable();
+  printCeilings();
+};
+
+/**
+ * What this machine's cores allow each casebook at the CPU its requests cost in this run (machine
+ * ms/req, everything running included): the most RPS with no idle time left, for the POST scaling
+ * and the GET by id ratio. A measured figure below its ceiling was bound by latency (idle time),
+ * one at its ceiling by CPU.
+ */
+const printCeilings = () => {
+  const cores = availableParallelism();
+  const find = (system: string, request: string, connections = CONNECTIONS) =>
+    rows.find((r) => r.system === system && r.request === request && r.connections === connections);
+  console.log(`\nCPU ceilings (${cores} cores, no idle time):`);
+  for (const system of [...new Set(rows.map((r) => r.system))].filter((s) => s.startsWith('casebook'))) {
+    const post20 = find(system, 'POST /Patient');
+    const post1 = find(system, 'POST /Patient', 1);
+    const get = find(system, 'GET /Patient/{id}');
+    if (post20 && post1) {
+      const most = (cores * 1000) / post20.measured.machinePerRequest;
+      console.log(
+        `- ${system} POST /Patient: ${fmt(post20.measured.machinePerRequest, 2)} ms a request allow ${fmt(most)} RPS, ×${fmt(most / post1.measured.rps, 1)} of one connection (measured ×${fmt(post20.measured.rps / post1.measured.rps, 1)}, ${fmt(post20.measured.idle * 100)} % idle)`,
+      );
+    }
+    if (get?.pairedRaw) {
+      const most = (cores * 1000) / get.measured.machinePerRequest;
+      console.log(
+        `- ${system} GET /Patient/{id}: ${fmt(get.measured.machinePerRequest, 2)} ms a request allow ${fmt(most)} RPS, ${fmt((100 * most) / get.pairedRaw)} % of the paired raw SELECT (measured ${fmt((100 * get.measured.rps) / get.pairedRaw)} %, ${fmt(get.measured.idle * 100)} % idle)`,
+      );
+    }
+  }
 };
 
 await main().catch((error: unknown) => {

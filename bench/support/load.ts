@@ -3,7 +3,7 @@
  * with the server's CPU time read from /proc around the measured run.
  */
 import autocannon from 'autocannon';
-import { cpuMs, waitIdle } from './process.js';
+import { cpuMs, machineCpuMs, waitIdle } from './process.js';
 
 /** One request shape: a fixed request, or one rebuilt before every send (unique bodies, random ids). */
 export interface Shape {
@@ -23,6 +23,13 @@ export interface Measured {
   readonly requests: number;
   /** The server's CPU time (user + system) per answered request, ms. */
   readonly cpuPerRequest: number;
+  /**
+   * The whole machine's busy CPU time per answered request, ms: the server, its database, the load
+   * generator, anything else running. Two cores allow at most 2,000 / this many requests a second.
+   */
+  readonly machinePerRequest: number;
+  /** The fraction of the machine's CPU time left idle during the run (0–1). */
+  readonly idle: number;
 }
 
 const run = (url: string, shape: Shape, connections: number, seconds: number) =>
@@ -55,8 +62,12 @@ export const measure = async (
   await waitIdle(options.pid);
   if (options.warmupSeconds > 0) await run(url, shape, options.connections, options.warmupSeconds);
   const cpuBefore = cpuMs(options.pid);
+  const machineBefore = machineCpuMs();
   const result = await run(url, shape, options.connections, options.seconds);
   const cpu = cpuMs(options.pid) - cpuBefore;
+  const machineAfter = machineCpuMs();
+  const busy = machineAfter.busyMs - machineBefore.busyMs;
+  const idle = machineAfter.idleMs - machineBefore.idleMs;
   const answered = result['2xx'] + result.non2xx;
   return {
     rps: result['2xx'] / result.duration,
@@ -65,5 +76,7 @@ export const measure = async (
     failures: result.non2xx + result.errors + result.timeouts,
     requests: answered,
     cpuPerRequest: answered > 0 ? cpu / answered : Number.NaN,
+    machinePerRequest: answered > 0 ? busy / answered : Number.NaN,
+    idle: busy + idle > 0 ? idle / (busy + idle) : Number.NaN,
   };
 };

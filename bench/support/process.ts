@@ -126,6 +126,17 @@ export const cpuMs = (pid: number): number => {
 };
 
 /**
+ * The whole machine's CPU time so far, from the first line of /proc/stat: `busyMs` (every state
+ * but idle and iowait, summed over all cores) and `idleMs`, milliseconds.
+ */
+export const machineCpuMs = (): { busyMs: number; idleMs: number } => {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const idle = (fields[3] ?? 0) + (fields[4] ?? 0);
+  const total = fields.slice(0, 8).reduce((sum, n) => sum + n, 0);
+  return { busyMs: ((total - idle) * 1000) / CLOCK_TICKS, idleMs: (idle * 1000) / CLOCK_TICKS };
+};
+
+/**
  * Waits until the process is idle: its CPU use stays under `threshold` (a fraction of one core) for
  * two polls of `pollMs` in a row, so that a measured run does not pay for work an earlier one left
  * behind (sealing, the AuditEvent view). Gives up silently after `timeoutMs`.
