@@ -130,11 +130,23 @@ const dropSecondaryIndexes = async (sql: Sql, tables: readonly string[]): Promis
   return rows.map((r) => r.definition.replace(/^CREATE INDEX /, 'CREATE INDEX IF NOT EXISTS '));
 };
 
-/** Creates the indexes {@link dropSecondaryIndexes} dropped, in one transaction with room to sort. */
-const createIndexes = async (sql: Sql, definitions: readonly string[]): Promise<void> => {
+/**
+ * Creates the indexes {@link dropSecondaryIndexes} dropped from `tables`, in one transaction with
+ * room to sort. The projections are live by then and appends write their tables meanwhile: the
+ * transaction first takes SHARE on every table, in the order given (a projection's `tables`, the
+ * order its apply statement writes them), as each CREATE INDEX would one by one in its own order.
+ * Taken one by one, index by index, it deadlocked with an inline append that held one table and
+ * wanted the next (seen under load in the rebuild-beside-appends test).
+ */
+const createIndexes = async (
+  sql: Sql,
+  definitions: readonly string[],
+  tables: readonly string[],
+): Promise<void> => {
   if (definitions.length === 0) return;
   await sql.transaction(async (tx) => {
     await tx.exec(`SET LOCAL maintenance_work_mem = '256MB'`);
+    await tx.exec(`LOCK TABLE ${tables.map(quoteIdentifier).join(', ')} IN SHARE MODE`);
     for (const definition of definitions) await tx.exec(definition);
   });
 };
@@ -801,7 +813,12 @@ export class ProjectionRunner {
     this.deferredAt.clear();
     const read = await this.catchUp(onProgress);
     await this.catchUpDeferred();
-    await createIndexes(this.sql, indexes);
+    // In the projections' own order: the order an append applies them in, one statement each.
+    await createIndexes(
+      this.sql,
+      indexes,
+      this.projections.filter((p) => names.includes(p.name)).flatMap((p) => p.tables),
+    );
     // Statistics of the filled tables: plans made on those of the empty ones scan every row.
     for (const name of names)
       for (const table of this.byName.get(name)!.tables)
