@@ -337,13 +337,97 @@ END
 $fn$;
 -- Several appends of es_append_inline in one statement and transaction (group commit): appends
 -- [{requests, data, known, calls}], the replies in the same order. One that fails fails them all:
--- the appending process then sends each alone.
-CREATE OR REPLACE FUNCTION es_append_batch(appends json) RETURNS json LANGUAGE plpgsql AS $fn$
--- casebook es_append_batch v1
+-- the appending process then sends each alone. Appends that only create streams (a POST, a
+-- session) are written set-based, whatever their number (v2; bench/README.md, stop 29).
+CREATE OR REPLACE FUNCTION es_append_batch(appends json) RETURNS json LANGUAGE plpgsql
+  SET jit = off AS $fn$
+-- casebook es_append_batch v2
 DECLARE
   item json;
   replies json[] := '{}';
+  reqs jsonb[];
+  datas json[];
+  calls json[];
+  knowns json[];
+  wanted int;
+  created text[];
+  call record;
+  result json;
 BEGIN
+  -- The appends' parts, each read once (json operators re-read their whole operand).
+  SELECT array_agg(t.requests ORDER BY t.n), array_agg(t.data ORDER BY t.n), array_agg(t.calls ORDER BY t.n),
+         array_agg(t.known ORDER BY t.n)
+    INTO reqs, datas, calls, knowns
+    FROM ROWS FROM (json_to_recordset(appends) AS (requests jsonb, data json, known json, calls json))
+         WITH ORDINALITY AS t(requests, data, known, calls, n);
+  -- Every append only creates streams (each request expects no stream and has events): one
+  -- statement per table for the whole batch, and one call per inline function with the rows of
+  -- every append (their streams, hence their rows, are distinct). Otherwise, or when a stream
+  -- exists, append by append below.
+  IF array_length(reqs, 1) > 1 AND NOT EXISTS (
+       SELECT 1 FROM unnest(reqs) q, jsonb_array_elements(q) r
+        WHERE r->>'expected' <> 'no_stream' OR jsonb_array_length(r->'events') = 0) THEN
+    PERFORM pg_advisory_xact_lock_shared(${APPEND_LOCK_KEY});
+    -- A live projection some append's process does not know: each alone answers CBP01.
+    IF EXISTS (SELECT 1 FROM unnest(knowns) k, projection_state p
+                WHERE json_typeof(k) = 'array' AND p.status = 'live'
+                  AND NOT EXISTS (SELECT 1 FROM json_array_elements_text(k) x WHERE x = p.name)) THEN
+      RAISE EXCEPTION USING ERRCODE = 'CBP01', MESSAGE = 'unknown live projection';
+    END IF;
+    SELECT count(*) INTO wanted FROM unnest(reqs) q, jsonb_array_elements(q) r;
+    WITH made AS (
+      INSERT INTO es_streams (stream_name, revision)
+      SELECT r->>'stream', jsonb_array_length(r->'events') - 1 FROM unnest(reqs) q, jsonb_array_elements(q) r ORDER BY 1
+      ON CONFLICT DO NOTHING RETURNING stream_name)
+    SELECT array_agg(m.stream_name) INTO created FROM made m;
+    IF coalesce(array_length(created, 1), 0) = wanted THEN
+      WITH e AS (
+        SELECT q.n AS an, r.value->>'stream' AS stream, v.value AS ev, v.ordinality AS en, r.ordinality AS rn,
+               row_number() OVER (PARTITION BY q.n ORDER BY r.ordinality, v.ordinality) AS dn
+          FROM unnest(reqs) WITH ORDINALITY q(req, n), jsonb_array_elements(q.req) WITH ORDINALITY r,
+               jsonb_array_elements(r.value->'events') WITH ORDINALITY v),
+      d AS (
+        SELECT q.n AS an, x.value, x.ordinality AS dn
+          FROM unnest(datas) WITH ORDINALITY q(data, n), json_array_elements(q.data) WITH ORDINALITY x),
+      inserted AS (
+        INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
+        SELECT (e.ev->>'id')::uuid, e.stream, e.en - 1, e.ev->>'type', d.value, e.ev->'metadata'
+          FROM e JOIN d ON d.an = e.an AND d.dn = e.dn
+         ORDER BY e.an, e.rn, e.en
+        RETURNING stream_name, revision, transaction_id, position),
+      placed AS (
+        SELECT e.an, i.* FROM inserted i JOIN e ON e.stream = i.stream_name AND e.en - 1 = i.revision),
+      state AS (SELECT coalesce(json_object_agg(p.name, p.status), '{}') AS projections FROM projection_state p),
+      batch AS (SELECT generate_series(1, array_length(reqs, 1)) AS an)
+      SELECT json_agg(json_build_object(
+               'streams', (SELECT json_agg(json_build_object('stream', l.stream_name, 'revision', l.revision::text,
+                             'written', true, 'commit', l.transaction_id::text, 'position', l.position::text)
+                             ORDER BY l.position)
+                             FROM (SELECT DISTINCT ON (p.stream_name) p.* FROM placed p WHERE p.an = b.an
+                                    ORDER BY p.stream_name, p.revision DESC) l),
+               'events', (SELECT json_agg(json_build_object('stream', p.stream_name, 'revision', p.revision::text,
+                            'commit', p.transaction_id::text, 'position', p.position::text) ORDER BY p.position)
+                            FROM placed p WHERE p.an = b.an),
+               'projections', state.projections) ORDER BY b.an)
+        INTO result FROM batch b, state;
+      -- An argument that is not an array of rows fails the batch: each append alone then runs it.
+      FOR call IN
+        SELECT c.projection, c.function, json_agg(rw.value ORDER BY a.n, c.n, rw.ordinality) AS argument
+          FROM unnest(calls) WITH ORDINALITY a(list, n),
+               ROWS FROM (json_to_recordset(a.list) AS (projection text, function text, argument json))
+                 WITH ORDINALITY AS c(projection, function, argument, n),
+               json_array_elements(c.argument) WITH ORDINALITY rw
+         GROUP BY 1, 2 ORDER BY min(a.n), min(c.n)
+      LOOP
+        IF (SELECT p.status FROM projection_state p WHERE p.name = call.projection) IS DISTINCT FROM 'live' THEN
+          RAISE EXCEPTION USING ERRCODE = 'CBI01', MESSAGE = 'projection not live', DETAIL = call.projection;
+        END IF;
+        EXECUTE format('SELECT %I($1)', call.function) USING call.argument;
+      END LOOP;
+      RETURN result;
+    END IF;
+    UPDATE es_streams SET revision = -1 WHERE stream_name = ANY (created);
+  END IF;
   FOR item IN SELECT * FROM json_array_elements(appends) LOOP
     replies := replies || es_append_inline((item->'requests')::jsonb, item->'data',
       CASE WHEN json_typeof(item->'known') = 'array'
@@ -562,7 +646,7 @@ export class SqlEventStore implements EventStore {
                         AND p.prosrc LIKE '%casebook es_append_inline v1%')
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_batch'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append_batch v1%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append_batch v2%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {

@@ -189,6 +189,55 @@ for (const db of testDatabases) {
       expect((await store.readStream(resourceStream('Patient', 5))).length).to.equal(1);
     });
 
+    it('writes a batch of creates set-based: answers, log order and read model as if sent one by one', async () => {
+      const statements: string[] = [];
+      const { sql, store } = await open(allProjections, undefined, recordingSql(statements));
+      // Each append: a new Patient and a second new stream of two events (several requests, several
+      // events a request, data in the order written).
+      const create = (id: number) =>
+        store.appendMany([
+          { streamName: resourceStream('Patient', id), events: [registered(id)], expectedState: 'no_stream' },
+          {
+            streamName: `note-${id}`,
+            events: [
+              testEvent('Noted', { id, n: 1, z: 'last', a: 'first' }),
+              testEvent('Noted', { id, n: 2 }),
+            ],
+            expectedState: 'no_stream',
+          },
+        ]);
+      statements.length = 0;
+      const ids = Array.from({ length: 12 }, (_, i) => 100 + i);
+      const answers = await Promise.all(ids.map(create));
+      expect(statements.filter((text) => text.includes('es_append_batch(')).length).to.equal(1);
+
+      const written = (await store.readAll({ maxCount: 10_000 })).filter(
+        (e) => e.streamName.startsWith('note-') || /^Patient-1\d\d$/.test(e.streamName),
+      );
+      // Appends in the order sent, each append's events together in request order.
+      expect(written.map((e) => `${e.streamName}@${e.revision}`)).to.deep.equal(
+        ids.flatMap((id) => [`Patient-${id}@0`, `note-${id}@0`, `note-${id}@1`]),
+      );
+      // Each answer is its own: the position of its last event, and each stream's last revision.
+      for (const [i, id] of ids.entries()) {
+        const last = written.filter((e) => (e.data as { id: number }).id === id).at(-1)!;
+        expect(answers[i]!.position).to.deep.equal(last.position);
+        expect(answers[i]!.streams).to.deep.equal([
+          { streamName: `Patient-${id}`, nextRevision: 0n },
+          { streamName: `note-${id}`, nextRevision: 1n },
+        ]);
+      }
+      // Data kept as written (element order), every row and identifier in the read model.
+      expect(JSON.stringify((await store.readStream(`note-${ids[3]}`))[0]!.data)).to.equal(
+        JSON.stringify({ id: ids[3], n: 1, z: 'last', a: 'first' }),
+      );
+      expect((await patientIds(sql)).filter((id) => id >= 100)).to.deep.equal(ids);
+      const identifiers = await sql.query<{ id: number; value: string }>(
+        `SELECT id, value FROM rm_resource_identifiers WHERE system = 'urn:x' ORDER BY id`,
+      );
+      expect(identifiers.map((r) => [Number(r.id), r.value])).to.deep.equal(ids.map((id) => [id, `p${id}`]));
+    });
+
     it('builds a projection added later from the log while appends go on, then applies it inline', async () => {
       // Pages of 10: most of the catch-up runs beside the appends, the rest under the append lock.
       const { ctx, sql, runner } = await open(allProjections, 10);
