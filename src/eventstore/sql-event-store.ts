@@ -337,14 +337,28 @@ END
 $fn$;
 -- Several appends of es_append_inline in one statement and transaction (group commit): appends
 -- [{requests, data, known, calls}], the replies in the same order. One that fails fails them all:
--- the appending process then sends each alone. Appends that only create streams (a POST, a
--- session) are written set-based, whatever their number (v2; bench/README.md, stop 29).
-CREATE OR REPLACE FUNCTION es_append_batch(appends json) RETURNS json LANGUAGE plpgsql
-  SET jit = off AS $fn$
--- casebook es_append_batch v2
+-- the appending process then sends each alone.
+CREATE OR REPLACE FUNCTION es_append_batch(appends json) RETURNS json LANGUAGE plpgsql AS $fn$
+-- casebook es_append_batch v1
 DECLARE
   item json;
   replies json[] := '{}';
+BEGIN
+  FOR item IN SELECT * FROM json_array_elements(appends) LOOP
+    replies := replies || es_append_inline((item->'requests')::jsonb, item->'data',
+      CASE WHEN json_typeof(item->'known') = 'array'
+           THEN ARRAY(SELECT json_array_elements_text(item->'known')) END, item->'calls');
+  END LOOP;
+  RETURN array_to_json(replies);
+END
+$fn$;
+-- The same batch when its appends only create streams (a POST, a session), written set-based
+-- whatever their number; NULL when es_append_batch has to go append by append (PostgreSQL only:
+-- on PGlite it was twice as slow as the loop; bench/README.md, stop 29).
+CREATE OR REPLACE FUNCTION es_append_creates(appends json) RETURNS json LANGUAGE plpgsql
+  SET jit = off AS $fn$
+-- casebook es_append_creates v1
+DECLARE
   reqs jsonb[];
   datas json[];
   calls json[];
@@ -363,7 +377,7 @@ BEGIN
   -- Every append only creates streams (each request expects no stream and has events): one
   -- statement per table for the whole batch, and one call per inline function with the rows of
   -- every append (their streams, hence their rows, are distinct). Otherwise, or when a stream
-  -- exists, append by append below.
+  -- exists (the streams it made start empty again), NULL: es_append_batch then goes append by append.
   IF array_length(reqs, 1) > 1 AND NOT EXISTS (
        SELECT 1 FROM unnest(reqs) q, jsonb_array_elements(q) r
         WHERE r->>'expected' <> 'no_stream' OR jsonb_array_length(r->'events') = 0) THEN
@@ -428,12 +442,7 @@ BEGIN
     END IF;
     UPDATE es_streams SET revision = -1 WHERE stream_name = ANY (created);
   END IF;
-  FOR item IN SELECT * FROM json_array_elements(appends) LOOP
-    replies := replies || es_append_inline((item->'requests')::jsonb, item->'data',
-      CASE WHEN json_typeof(item->'known') = 'array'
-           THEN ARRAY(SELECT json_array_elements_text(item->'known')) END, item->'calls');
-  END LOOP;
-  RETURN array_to_json(replies);
+  RETURN NULL;
 END
 $fn$;
 `;
@@ -646,7 +655,10 @@ export class SqlEventStore implements EventStore {
                         AND p.prosrc LIKE '%casebook es_append_inline v1%')
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_batch'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append_batch v2%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append_batch v1%')
+          AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_creates'
+                        AND p.pronamespace = current_schema()::regnamespace
+                        AND p.prosrc LIKE '%casebook es_append_creates v1%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -884,9 +896,13 @@ export class SqlEventStore implements EventStore {
           `{"requests":${a.requests},"data":${a.data},"known":${JSON.stringify(a.known)},"calls":${a.calls}}`,
       )
       .join(',')}]`;
-    const [row] = await this.sql.query<{ replies: unknown }>('SELECT es_append_batch($1::json) AS replies', [
-      batch,
-    ]);
+    // On PostgreSQL a batch of creates goes set-based first (es_append_creates); PGlite loops.
+    const [row] = await this.sql.query<{ replies: unknown }>(
+      this.kind === 'postgres'
+        ? 'SELECT coalesce(es_append_creates($1::json), es_append_batch($1::json)) AS replies'
+        : 'SELECT es_append_batch($1::json) AS replies',
+      [batch],
+    );
     return parse(row!.replies) as AppendReply[];
   }
 
