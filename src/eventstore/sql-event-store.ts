@@ -352,97 +352,65 @@ BEGIN
   RETURN array_to_json(replies);
 END
 $fn$;
--- The same batch when its appends only create streams (a POST, a session), written set-based
--- whatever their number; NULL when es_append_batch has to go append by append (PostgreSQL only:
--- on PGlite it was twice as slow as the loop; bench/README.md, stop 29).
-CREATE OR REPLACE FUNCTION es_append_creates(appends json) RETURNS json LANGUAGE plpgsql
-  SET jit = off AS $fn$
--- casebook es_append_creates v1
+-- A batch of appends that only create streams (POSTs, sessions, transactions of creates), written
+-- set-based whatever its number: every stream by one INSERT (in name order), every event by one,
+-- each inline function called once with the rows of every append (their streams, hence their rows,
+-- are distinct). The appending process sends the batch as parallel arrays in log order:
+-- streams and their last revisions; per event its id, stream, revision and type, and its metadata
+-- (jsonb array) and data (json array, kept as written); the projections it knows (NULL: no check);
+-- per inline function its projection, name and argument (a json array of the arguments). Parallel
+-- arrays instead of one JSON document: json operators re-read their whole operand, and reading the
+-- batch's parts out of JSON was a third of this statement (bench/README.md, stop 30). A stream that
+-- exists, an event id that is stored, a live projection the process does not know (CBP01) or an
+-- inline projection that is not live (CBI01) raises, and the appending process sends each append
+-- alone. Returns the transaction's id and each event's position, by event id.
+DROP FUNCTION IF EXISTS es_append_creates(json);
+CREATE OR REPLACE FUNCTION es_append_creates(streams text[], last_revisions bigint[], event_ids uuid[],
+  event_streams text[], revisions bigint[], types text[], metadata jsonb, data json, known text[],
+  call_projections text[], call_functions text[], call_arguments json)
+RETURNS json LANGUAGE plpgsql SET jit = off AS $fn$
+-- casebook es_append_creates v2
 DECLARE
-  reqs jsonb[];
-  datas json[];
-  calls json[];
-  knowns json[];
-  wanted int;
-  created text[];
-  call record;
+  made integer;
   result json;
+  call record;
 BEGIN
-  -- The appends' parts, each read once (json operators re-read their whole operand).
-  SELECT array_agg(t.requests ORDER BY t.n), array_agg(t.data ORDER BY t.n), array_agg(t.calls ORDER BY t.n),
-         array_agg(t.known ORDER BY t.n)
-    INTO reqs, datas, calls, knowns
-    FROM ROWS FROM (json_to_recordset(appends) AS (requests jsonb, data json, known json, calls json))
-         WITH ORDINALITY AS t(requests, data, known, calls, n);
-  -- Every append only creates streams (each request expects no stream and has events): one
-  -- statement per table for the whole batch, and one call per inline function with the rows of
-  -- every append (their streams, hence their rows, are distinct). Otherwise, or when a stream
-  -- exists (the streams it made start empty again), NULL: es_append_batch then goes append by append.
-  IF array_length(reqs, 1) > 1 AND NOT EXISTS (
-       SELECT 1 FROM unnest(reqs) q, jsonb_array_elements(q) r
-        WHERE r->>'expected' <> 'no_stream' OR jsonb_array_length(r->'events') = 0) THEN
-    PERFORM pg_advisory_xact_lock_shared(${APPEND_LOCK_KEY});
-    -- A live projection some append's process does not know: each alone answers CBP01.
-    IF EXISTS (SELECT 1 FROM unnest(knowns) k, projection_state p
-                WHERE json_typeof(k) = 'array' AND p.status = 'live'
-                  AND NOT EXISTS (SELECT 1 FROM json_array_elements_text(k) x WHERE x = p.name)) THEN
-      RAISE EXCEPTION USING ERRCODE = 'CBP01', MESSAGE = 'unknown live projection';
-    END IF;
-    SELECT count(*) INTO wanted FROM unnest(reqs) q, jsonb_array_elements(q) r;
-    WITH made AS (
-      INSERT INTO es_streams (stream_name, revision)
-      SELECT r->>'stream', jsonb_array_length(r->'events') - 1 FROM unnest(reqs) q, jsonb_array_elements(q) r ORDER BY 1
-      ON CONFLICT DO NOTHING RETURNING stream_name)
-    SELECT array_agg(m.stream_name) INTO created FROM made m;
-    IF coalesce(array_length(created, 1), 0) = wanted THEN
-      WITH e AS (
-        SELECT q.n AS an, r.value->>'stream' AS stream, v.value AS ev, v.ordinality AS en, r.ordinality AS rn,
-               row_number() OVER (PARTITION BY q.n ORDER BY r.ordinality, v.ordinality) AS dn
-          FROM unnest(reqs) WITH ORDINALITY q(req, n), jsonb_array_elements(q.req) WITH ORDINALITY r,
-               jsonb_array_elements(r.value->'events') WITH ORDINALITY v),
-      d AS (
-        SELECT q.n AS an, x.value, x.ordinality AS dn
-          FROM unnest(datas) WITH ORDINALITY q(data, n), json_array_elements(q.data) WITH ORDINALITY x),
-      inserted AS (
-        INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
-        SELECT (e.ev->>'id')::uuid, e.stream, e.en - 1, e.ev->>'type', d.value, e.ev->'metadata'
-          FROM e JOIN d ON d.an = e.an AND d.dn = e.dn
-         ORDER BY e.an, e.rn, e.en
-        RETURNING stream_name, revision, transaction_id, position),
-      placed AS (
-        SELECT e.an, i.* FROM inserted i JOIN e ON e.stream = i.stream_name AND e.en - 1 = i.revision),
-      state AS (SELECT coalesce(json_object_agg(p.name, p.status), '{}') AS projections FROM projection_state p),
-      batch AS (SELECT generate_series(1, array_length(reqs, 1)) AS an)
-      SELECT json_agg(json_build_object(
-               'streams', (SELECT json_agg(json_build_object('stream', l.stream_name, 'revision', l.revision::text,
-                             'written', true, 'commit', l.transaction_id::text, 'position', l.position::text)
-                             ORDER BY l.position)
-                             FROM (SELECT DISTINCT ON (p.stream_name) p.* FROM placed p WHERE p.an = b.an
-                                    ORDER BY p.stream_name, p.revision DESC) l),
-               'events', (SELECT json_agg(json_build_object('stream', p.stream_name, 'revision', p.revision::text,
-                            'commit', p.transaction_id::text, 'position', p.position::text) ORDER BY p.position)
-                            FROM placed p WHERE p.an = b.an),
-               'projections', state.projections) ORDER BY b.an)
-        INTO result FROM batch b, state;
-      -- An argument that is not an array of rows fails the batch: each append alone then runs it.
-      FOR call IN
-        SELECT c.projection, c.function, json_agg(rw.value ORDER BY a.n, c.n, rw.ordinality) AS argument
-          FROM unnest(calls) WITH ORDINALITY a(list, n),
-               ROWS FROM (json_to_recordset(a.list) AS (projection text, function text, argument json))
-                 WITH ORDINALITY AS c(projection, function, argument, n),
-               json_array_elements(c.argument) WITH ORDINALITY rw
-         GROUP BY 1, 2 ORDER BY min(a.n), min(c.n)
-      LOOP
-        IF (SELECT p.status FROM projection_state p WHERE p.name = call.projection) IS DISTINCT FROM 'live' THEN
-          RAISE EXCEPTION USING ERRCODE = 'CBI01', MESSAGE = 'projection not live', DETAIL = call.projection;
-        END IF;
-        EXECUTE format('SELECT %I($1)', call.function) USING call.argument;
-      END LOOP;
-      RETURN result;
-    END IF;
-    UPDATE es_streams SET revision = -1 WHERE stream_name = ANY (created);
+  PERFORM pg_advisory_xact_lock_shared(${APPEND_LOCK_KEY});
+  IF known IS NOT NULL AND EXISTS (SELECT 1 FROM projection_state p
+                                    WHERE p.status = 'live' AND NOT (p.name = ANY (known))) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CBP01', MESSAGE = 'unknown live projection';
   END IF;
-  RETURN NULL;
+  INSERT INTO es_streams (stream_name, revision)
+  SELECT s.name, s.revision FROM unnest(streams, last_revisions) AS s(name, revision) ORDER BY 1
+  ON CONFLICT DO NOTHING;
+  GET DIAGNOSTICS made = ROW_COUNT;
+  IF made <> cardinality(streams) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CBC01', MESSAGE = 'a stream of the batch exists';
+  END IF;
+  WITH inserted AS (
+    INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
+    SELECT e.id, e.stream, e.revision, e.type, d.value, m.value
+      FROM unnest(event_ids, event_streams, revisions, types) WITH ORDINALITY AS e(id, stream, revision, type, n)
+      JOIN json_array_elements(data) WITH ORDINALITY AS d(value, n) ON d.n = e.n
+      JOIN jsonb_array_elements(metadata) WITH ORDINALITY AS m(value, n) ON m.n = e.n
+     ORDER BY e.n
+    RETURNING event_id, position)
+  SELECT json_build_object('commit', pg_current_xact_id()::text,
+           'ids', array_agg(i.event_id ORDER BY i.position),
+           'positions', array_agg(i.position::text ORDER BY i.position))
+    INTO result FROM inserted i;
+  FOR call IN
+    SELECT c.projection, c.function, a.argument
+      FROM unnest(call_projections, call_functions) WITH ORDINALITY AS c(projection, function, n)
+      JOIN json_array_elements(call_arguments) WITH ORDINALITY AS a(argument, n) ON a.n = c.n
+     ORDER BY c.n
+  LOOP
+    IF (SELECT p.status FROM projection_state p WHERE p.name = call.projection) IS DISTINCT FROM 'live' THEN
+      RAISE EXCEPTION USING ERRCODE = 'CBI01', MESSAGE = 'projection not live', DETAIL = call.projection;
+    END IF;
+    EXECUTE format('SELECT %I($1)', call.function) USING call.argument;
+  END LOOP;
+  RETURN result;
 END
 $fn$;
 `;
@@ -626,7 +594,11 @@ export class SqlEventStore implements EventStore {
   private readonly inlineAppends = new Batcher<InlineAppend, AppendReply>(
     (appends) => this.sendInlineAppends(appends),
     undefined,
-    (a) => a.requests.length + a.data.length + a.calls.length,
+    // Bytes: the data and the calls' rows, and about 200 for each event's structure.
+    (a) =>
+      a.data.length +
+      a.calls.reduce((n, c) => n + c.argument.length, 0) +
+      200 * a.source.reduce((n, r) => n + r.events.length, 0),
   );
 
   private constructor(private readonly sql: Sql) {
@@ -658,7 +630,7 @@ export class SqlEventStore implements EventStore {
                         AND p.prosrc LIKE '%casebook es_append_batch v1%')
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_creates'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append_creates v1%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append_creates v2%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -879,30 +851,44 @@ export class SqlEventStore implements EventStore {
     this.notifyTimer.unref?.();
   }
 
-  /** One statement for one or several appends of es_append_inline (one transaction). */
+  /**
+   * One statement for one or several appends of es_append_inline (one transaction). Appends that
+   * only create streams go set-based (es_append_creates), alone or together; other batches go
+   * append by append (es_append_batch). An append alone whose stream turns out to exist, or whose
+   * event id is stored, is sent again to es_append_inline, which answers what that means (a wrong
+   * expected version, a replay, an id conflict); a batch that fails is sent again append by append
+   * by the {@link Batcher}.
+   */
   private async sendInlineAppends(appends: readonly InlineAppend[]): Promise<AppendReply[]> {
     const parse = (reply: unknown) => (typeof reply === 'string' ? JSON.parse(reply) : reply);
+    const creates = createsOf(appends);
+    if (creates) {
+      const rows = await this.sql
+        .query<{ reply: unknown }>(ES_APPEND_CREATES, creates.params)
+        .catch((error: unknown) => {
+          const { code } = pgError(error);
+          if (appends.length === 1 && (code === 'CBC01' || code === '23505')) return undefined;
+          throw error;
+        });
+      if (rows) return creates.replies(parse(rows[0]!.reply) as CreatesReply);
+    }
     if (appends.length === 1) {
       const [one] = appends as [InlineAppend];
       const [row] = await this.sql.query<{ reply: unknown }>(
         'SELECT es_append_inline($1::jsonb, $2::json, $3::text[], $4::json) AS reply',
-        [one.requests, one.data, one.known, one.calls],
+        [one.requests(), one.data, one.known, callsParam(one.calls)],
       );
       return [parse(row!.reply) as AppendReply];
     }
     const batch = `[${appends
       .map(
         (a) =>
-          `{"requests":${a.requests},"data":${a.data},"known":${JSON.stringify(a.known)},"calls":${a.calls}}`,
+          `{"requests":${a.requests()},"data":${a.data},"known":${JSON.stringify(a.known)},"calls":${callsParam(a.calls)}}`,
       )
       .join(',')}]`;
-    // On PostgreSQL a batch of creates goes set-based first (es_append_creates); PGlite loops.
-    const [row] = await this.sql.query<{ replies: unknown }>(
-      this.kind === 'postgres'
-        ? 'SELECT coalesce(es_append_creates($1::json), es_append_batch($1::json)) AS replies'
-        : 'SELECT es_append_batch($1::json) AS replies',
-      [batch],
-    );
+    const [row] = await this.sql.query<{ replies: unknown }>('SELECT es_append_batch($1::json) AS replies', [
+      batch,
+    ]);
     return parse(row!.replies) as AppendReply[];
   }
 
@@ -959,7 +945,7 @@ export class SqlEventStore implements EventStore {
      */
     const esAppendInline = async (inline: readonly InlineCall[]): Promise<AppendOutcome | undefined> => {
       const reply = await this.inlineAppends
-        .submit({ requests: payload(), data, known, calls: callsParam(inline) })
+        .submit({ requests: payload, data, known, calls: inline, source: requests })
         .catch((error: unknown) => {
           // es_append's own answers stand; anything else (a projection not live, a call that
           // failed) is the transaction path's to tell.
@@ -1070,13 +1056,113 @@ const isAppendAnswer = (error: unknown): boolean => {
   return code === 'CBW01' || code === 'CBE01' || code === 'CBP01' || isEventIdUniqueViolation(error);
 };
 
-/** One append of es_append_inline, its parameters as JSON text (known: the hook's projections). */
+/**
+ * One append of es_append_inline: its requests (`source`) and their structure as JSON text
+ * (`requests`, built when needed), every event's data as one JSON array text, the hook's
+ * projections (`known`) and the inline projections' calls.
+ */
 interface InlineAppend {
-  readonly requests: string;
+  readonly source: readonly AppendRequest[];
+  readonly requests: () => string;
   readonly data: string;
   readonly known: readonly string[] | null;
-  readonly calls: string;
+  readonly calls: readonly InlineCall[];
 }
+
+/** es_append_creates's parameters (the statement, with their types). */
+const ES_APPEND_CREATES = `SELECT es_append_creates($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bigint[],
+  $6::text[], $7::jsonb, $8::json, $9::text[], $10::text[], $11::text[], $12::json) AS reply`;
+
+/** What es_append_creates returns: its transaction's id, and each event's position by id. */
+interface CreatesReply {
+  readonly commit: string;
+  readonly ids: readonly string[];
+  readonly positions: readonly string[];
+}
+
+/** The elements of a JSON array text (`[…]`, as JSON.stringify writes it), or '' for `[]`. */
+const arrayItems = (json: string): string => json.slice(1, -1);
+
+/**
+ * A batch for es_append_creates, when every append in it only creates streams (each request
+ * expects no stream and has events), all of them know the same projections and every inline
+ * call's argument is a JSON array of rows; undefined otherwise. `params` are the statement's,
+ * `replies` turns its reply into each append's own, in the batch's order.
+ */
+const createsOf = (appends: readonly InlineAppend[]) => {
+  const known = appends[0]!.known;
+  const sameKnown = (k: readonly string[] | null) =>
+    k === known ||
+    (k !== null && known !== null && k.length === known.length && k.every((x, i) => x === known[i]));
+  for (const a of appends) {
+    if (!sameKnown(a.known)) return undefined;
+    if (a.source.some((r) => r.expectedState !== 'no_stream' || r.events.length === 0)) return undefined;
+    if (a.calls.some((c) => !c.argument.startsWith('[') || !c.argument.endsWith(']'))) return undefined;
+  }
+  const streams: string[] = [];
+  const lastRevisions: number[] = [];
+  const ids: string[] = [];
+  const eventStreams: string[] = [];
+  const revisions: number[] = [];
+  const types: string[] = [];
+  const metadata: EventMetadata[] = [];
+  for (const a of appends)
+    for (const r of a.source) {
+      streams.push(r.streamName);
+      lastRevisions.push(r.events.length - 1);
+      for (const [i, e] of r.events.entries()) {
+        ids.push(e.id);
+        eventStreams.push(r.streamName);
+        revisions.push(i);
+        types.push(e.type);
+        metadata.push(e.metadata);
+      }
+    }
+  // Each inline function once, in the order of its first call; its rows in the appends' order.
+  const calls = new Map<string, { projection: string; rows: string[] }>();
+  for (const a of appends)
+    for (const c of a.calls) {
+      const call = calls.get(c.function) ?? { projection: c.projection, rows: [] };
+      calls.set(c.function, call);
+      const rows = arrayItems(c.argument);
+      if (rows !== '') call.rows.push(rows);
+    }
+  const data = appends.map((a) => arrayItems(a.data)).filter((d) => d !== '');
+  const params = [
+    streams,
+    lastRevisions,
+    ids,
+    eventStreams,
+    revisions,
+    types,
+    JSON.stringify(metadata),
+    `[${data.join(',')}]`,
+    known,
+    [...calls.values()].map((c) => c.projection),
+    [...calls.keys()],
+    `[${[...calls.values()].map((c) => `[${c.rows.join(',')}]`).join(',')}]`,
+  ];
+  const replies = (reply: CreatesReply): AppendReply[] => {
+    const positions = new Map(reply.ids.map((id, i) => [id, reply.positions[i]!]));
+    return appends.map((a) => {
+      const events: AppendReply['events'][number][] = [];
+      const written: AppendReply['streams'][number][] = [];
+      for (const r of a.source) {
+        for (const [i, e] of r.events.entries())
+          events.push({
+            stream: r.streamName,
+            revision: String(i),
+            commit: reply.commit,
+            position: positions.get(e.id.toLowerCase())!,
+          });
+        const last = events[events.length - 1]!;
+        written.push({ ...last, written: true });
+      }
+      return { streams: written, events, projections: {} };
+    });
+  };
+  return { params, replies };
+};
 
 /** A row of APPEND_NEW_STREAM (int8 and xid8 as text; aliased apart from the columns: see EVENT_COLUMNS). */
 type NewStreamRow = { revision_text: string; commit_text: string; position_text: string };

@@ -13,7 +13,7 @@ import { allocateId, migrateSequences } from '../../src/db/sequences.js';
 import { defineFunction, type Sql } from '../../src/db/sql.js';
 import { resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { type SessionCommand, sessionDecider, sessionStream } from '../../src/domain/session/session.js';
-import { type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
+import { EventIdConflict, type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
@@ -151,7 +151,7 @@ for (const db of testDatabases) {
       );
       const appends = statements.filter((text) => !text.includes('pg_notify'));
       expect(appends).to.have.length(1);
-      expect(appends[0]).to.include('es_append_inline(');
+      expect(appends[0]).to.include('es_append_creates(');
       expect(await patientIds(sql)).to.deep.equal([id]);
       const [identifier] = await sql.query<{ id: number }>(
         `SELECT id FROM rm_resource_identifiers WHERE system = 'urn:mrn' AND value = 'one-statement'`,
@@ -169,20 +169,50 @@ for (const db of testDatabases) {
         );
       const count = (name: string) => statements.filter((text) => text.includes(`${name}(`)).length;
 
-      // Sent in one tick: the first goes alone, the other 29 wait for it and go as one batch.
+      // Sent in one tick: the first goes alone, the other 29 wait for it and go as one batch; both
+      // only create streams (set-based).
       statements.length = 0;
       const first = await Promise.all(Array.from({ length: 30 }, (_, i) => create(i + 1)));
       expect(first).to.deep.equal(Array(30).fill('created'));
-      expect([count('es_append_inline'), count('es_append_batch')]).to.deep.equal([1, 1]);
+      expect([count('es_append_inline'), count('es_append_creates'), count('es_append_batch')]).to.deep.equal(
+        [0, 2, 0],
+      );
 
       // The same again, with an append in the middle of the batch that expects Patient 5 to be new:
-      // the batch fails, each of its appends is sent alone and gets its own answer.
+      // the batch fails, each of its appends is sent alone and gets its own answer (Patient 5's
+      // from es_append_inline, once its set-based statement found the stream).
       statements.length = 0;
       const second = await Promise.all([31, 32, 33, 5, 34, 35].map(create));
       expect(second[3]).to.be.instanceOf(WrongExpectedVersion);
       expect(second.filter((answer) => answer === 'created')).to.have.length(5);
-      expect([count('es_append_inline'), count('es_append_batch')]).to.deep.equal([1 + 5, 1]);
+      expect([count('es_append_inline'), count('es_append_creates'), count('es_append_batch')]).to.deep.equal(
+        [1, 1 + 1 + 5, 0],
+      );
       expect(statements).to.not.include('BEGIN');
+
+      // Appends to streams that exist (updates) go together append by append (es_append_batch).
+      statements.length = 0;
+      const updated = (id: number) =>
+        testEvent('PatientUpdated', {
+          id,
+          resource: { identifier: [{ system: 'urn:x', value: `u${id}` }] },
+          at: NOW,
+        });
+      const third = await Promise.all(
+        [1, 2, 3, 4].map((id) =>
+          store.append(resourceStream('Patient', id), [updated(id)], 0n).then((r) => r.nextRevision),
+        ),
+      );
+      expect(third).to.deep.equal([1n, 1n, 1n, 1n]);
+      expect([count('es_append_inline'), count('es_append_creates'), count('es_append_batch')]).to.deep.equal(
+        [1, 0, 1],
+      );
+      const values = await sql.query<{ id: number; value: string }>(
+        `SELECT id, value FROM rm_resource_identifiers WHERE system = 'urn:x' AND id <= 4 ORDER BY id`,
+      );
+      expect(values.map((r) => [Number(r.id), r.value])).to.deep.equal(
+        [1, 2, 3, 4].map((id) => [id, `u${id}`]),
+      );
 
       const expected = [...Array.from({ length: 35 }, (_, i) => i + 1)];
       expect(await patientIds(sql)).to.deep.equal(expected);
@@ -209,7 +239,9 @@ for (const db of testDatabases) {
       statements.length = 0;
       const ids = Array.from({ length: 12 }, (_, i) => 100 + i);
       const answers = await Promise.all(ids.map(create));
-      expect(statements.filter((text) => text.includes('es_append_batch(')).length).to.equal(1);
+      // The first alone, the other 11 in one set-based statement.
+      expect(statements.filter((text) => text.includes('es_append_creates(')).length).to.equal(2);
+      expect(statements.filter((text) => text.includes('es_append_inline(')).length).to.equal(0);
 
       const written = (await store.readAll({ maxCount: 10_000 })).filter(
         (e) => e.streamName.startsWith('note-') || /^Patient-1\d\d$/.test(e.streamName),
@@ -236,6 +268,30 @@ for (const db of testDatabases) {
         `SELECT id, value FROM rm_resource_identifiers WHERE system = 'urn:x' ORDER BY id`,
       );
       expect(identifiers.map((r) => [Number(r.id), r.value])).to.deep.equal(ids.map((id) => [id, `p${id}`]));
+    });
+
+    it('answers a create sent again (same event ids) with the stored result, writing nothing', async () => {
+      const statements: string[] = [];
+      const { sql, store } = await open(allProjections, undefined, recordingSql(statements));
+      const event = registered(200);
+      const first = await store.append(resourceStream('Patient', 200), [event], 'no_stream');
+      statements.length = 0;
+      const again = await store.append(resourceStream('Patient', 200), [event], 'no_stream');
+      expect(again).to.deep.equal(first);
+      // The set-based statement found the stream; es_append_inline recognised the replay.
+      expect(
+        statements
+          .filter((text) => /es_append_(creates|inline)\(/.test(text))
+          .map((t) => t.match(/es_append_\w+/)![0]),
+      ).to.deep.equal(['es_append_creates', 'es_append_inline']);
+      expect((await store.readStream(resourceStream('Patient', 200))).length).to.equal(1);
+      // The same id on another new stream is a conflict, and writes nothing either.
+      const conflict = await store
+        .append(resourceStream('Patient', 201), [event], 'no_stream')
+        .catch((e: unknown) => e);
+      expect(conflict).to.be.instanceOf(EventIdConflict);
+      expect(await store.readStream(resourceStream('Patient', 201))).to.deep.equal([]);
+      expect(await patientIds(sql)).to.deep.equal([200]);
     });
 
     it('builds a projection added later from the log while appends go on, then applies it inline', async () => {
