@@ -395,10 +395,14 @@ BEGIN
       JOIN jsonb_array_elements(metadata) WITH ORDINALITY AS m(value, n) ON m.n = e.n
      ORDER BY e.n
     RETURNING event_id, position)
-  SELECT json_build_object('commit', pg_current_xact_id()::text,
+  SELECT count(*), json_build_object('commit', pg_current_xact_id()::text,
            'ids', array_agg(i.event_id ORDER BY i.position),
            'positions', array_agg(i.position::text ORDER BY i.position))
-    INTO result FROM inserted i;
+    INTO made, result FROM inserted i;
+  -- Every event has its data and metadata, or nothing is written.
+  IF made <> cardinality(event_ids) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'events, data and metadata differ in number';
+  END IF;
   FOR call IN
     SELECT c.projection, c.function, a.argument
       FROM unnest(call_projections, call_functions) WITH ORDINALITY AS c(projection, function, n)

@@ -294,6 +294,32 @@ for (const db of testDatabases) {
       expect(await patientIds(sql)).to.deep.equal([200]);
     });
 
+    it('writes nothing when a set-based batch holds fewer data than events', async () => {
+      const { sql, store } = await open();
+      const error = await sql
+        .query(
+          `SELECT es_append_creates($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bigint[], $6::text[],
+             $7::jsonb, $8::json, NULL, '{}', '{}', '[]')`,
+          [
+            ['short-1'],
+            [1],
+            [uuid(), uuid()],
+            ['short-1', 'short-1'],
+            [0, 1],
+            ['Noted', 'Noted'],
+            '[{},{}]',
+            '[{"n":1}]',
+          ],
+        )
+        .catch((e: unknown) => e);
+      expect(error).to.have.property('code', '22023');
+      expect(await store.readStream('short-1')).to.deep.equal([]);
+      const [streams] = await sql.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM es_streams WHERE stream_name = 'short-1'`,
+      );
+      expect(streams?.n).to.equal(0);
+    });
+
     it('builds a projection added later from the log while appends go on, then applies it inline', async () => {
       // Pages of 10: most of the catch-up runs beside the appends, the rest under the append lock.
       const { ctx, sql, runner } = await open(allProjections, 10);
