@@ -352,25 +352,32 @@ BEGIN
   RETURN array_to_json(replies);
 END
 $fn$;
--- A batch of appends that only create streams (POSTs, sessions, transactions of creates), written
--- set-based whatever its number: every stream by one INSERT (in name order), every event by one,
--- each inline function called once with the rows of every append (their streams, hence their rows,
--- are distinct). The appending process sends the batch as parallel arrays in log order:
--- streams and their last revisions; per event its id, stream, revision and type, and its metadata
--- (jsonb array) and data (json array, kept as written); the projections it knows (NULL: no check);
--- per inline function its projection, name and argument (a json array of the arguments). Parallel
--- arrays instead of one JSON document: json operators re-read their whole operand, and reading the
--- batch's parts out of JSON was a third of this statement (bench/README.md, stop 30). A stream that
--- exists, an event id that is stored, a live projection the process does not know (CBP01) or an
+-- Appends whose revisions are known beforehand (every request expects a new stream or a given
+-- revision, and has events: POSTs, sessions, updates, report saves), one or a batch, written
+-- set-based whatever their number: the streams that exist locked in name order and moved on by one
+-- UPDATE, the new ones by one INSERT (in name order), every event by one INSERT, each inline
+-- function called once with the rows of every append (their streams, hence their rows, are
+-- distinct). The appending process sends them as parallel arrays in log order: per stream its
+-- name, expected revision (-1: no stream) and last revision; per event its id, stream, revision
+-- and type, and its metadata (jsonb array) and data (json array, kept as written); the projections
+-- it knows (NULL: no check); per inline function its projection, name and argument (a json array
+-- of the arguments). Parallel arrays instead of one JSON document: json operators re-read their
+-- whole operand, and reading a batch's parts out of JSON was a third of the statement
+-- (bench/README.md, stop 30). A stream that is not at its expected revision (CBC01), an event id
+-- that is stored (a unique violation), a live projection the process does not know (CBP01) or an
 -- inline projection that is not live (CBI01) raises, and the appending process sends each append
--- alone. Returns the transaction's id and each event's position, by event id.
+-- alone, to es_append_inline when alone already: it tells a replay, a wrong expected version or a
+-- conflict. Returns the transaction's id and each event's position, by event id.
 DROP FUNCTION IF EXISTS es_append_creates(json);
-CREATE OR REPLACE FUNCTION es_append_creates(streams text[], last_revisions bigint[], event_ids uuid[],
-  event_streams text[], revisions bigint[], types text[], metadata jsonb, data json, known text[],
+DROP FUNCTION IF EXISTS es_append_creates(text[], bigint[], uuid[], text[], bigint[], text[], jsonb, json, text[],
+  text[], text[], json);
+CREATE OR REPLACE FUNCTION es_append_set(streams text[], expected_revisions bigint[], last_revisions bigint[],
+  event_ids uuid[], event_streams text[], revisions bigint[], types text[], metadata jsonb, data json, known text[],
   call_projections text[], call_functions text[], call_arguments json)
 RETURNS json LANGUAGE plpgsql SET jit = off AS $fn$
--- casebook es_append_creates v2
+-- casebook es_append_set v1
 DECLARE
+  existing integer;
   made integer;
   result json;
   call record;
@@ -380,11 +387,27 @@ BEGIN
                                     WHERE p.status = 'live' AND NOT (p.name = ANY (known))) THEN
     RAISE EXCEPTION USING ERRCODE = 'CBP01', MESSAGE = 'unknown live projection';
   END IF;
+  -- The streams that exist, locked in name order (as es_append locks them), each at its revision.
+  SELECT count(*) INTO made FROM (
+    SELECT 1 FROM es_streams s
+      JOIN unnest(streams, expected_revisions) AS x(name, expected) ON s.stream_name = x.name
+     WHERE x.expected >= 0 AND s.revision = x.expected
+     ORDER BY s.stream_name FOR UPDATE OF s) locked;
+  SELECT count(*) INTO existing FROM unnest(expected_revisions) AS x(expected) WHERE x.expected >= 0;
+  IF made <> existing THEN
+    RAISE EXCEPTION USING ERRCODE = 'CBC01', MESSAGE = 'a stream of the batch is not at its expected revision';
+  END IF;
+  IF existing > 0 THEN
+    UPDATE es_streams s SET revision = x.last
+      FROM unnest(streams, expected_revisions, last_revisions) AS x(name, expected, last)
+     WHERE x.expected >= 0 AND s.stream_name = x.name;
+  END IF;
   INSERT INTO es_streams (stream_name, revision)
-  SELECT s.name, s.revision FROM unnest(streams, last_revisions) AS s(name, revision) ORDER BY 1
+  SELECT x.name, x.last FROM unnest(streams, expected_revisions, last_revisions) AS x(name, expected, last)
+   WHERE x.expected < 0 ORDER BY 1
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS made = ROW_COUNT;
-  IF made <> cardinality(streams) THEN
+  IF made <> cardinality(streams) - existing THEN
     RAISE EXCEPTION USING ERRCODE = 'CBC01', MESSAGE = 'a stream of the batch exists';
   END IF;
   WITH inserted AS (
@@ -632,9 +655,9 @@ export class SqlEventStore implements EventStore {
           AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_batch'
                         AND p.pronamespace = current_schema()::regnamespace
                         AND p.prosrc LIKE '%casebook es_append_batch v1%')
-          AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_creates'
+          AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = 'es_append_set'
                         AND p.pronamespace = current_schema()::regnamespace
-                        AND p.prosrc LIKE '%casebook es_append_creates v2%') AS ready`,
+                        AND p.prosrc LIKE '%casebook es_append_set v1%') AS ready`,
     );
     if (!present?.ready) {
       await sql.transaction(async (tx) => {
@@ -856,25 +879,26 @@ export class SqlEventStore implements EventStore {
   }
 
   /**
-   * One statement for one or several appends of es_append_inline (one transaction). Appends that
-   * only create streams go set-based (es_append_creates), alone or together; other batches go
-   * append by append (es_append_batch). An append alone whose stream turns out to exist, or whose
-   * event id is stored, is sent again to es_append_inline, which answers what that means (a wrong
-   * expected version, a replay, an id conflict); a batch that fails is sent again append by append
-   * by the {@link Batcher}.
+   * One statement for one or several appends of es_append_inline (one transaction). Appends whose
+   * revisions are known (every request expects no stream or a given revision, and has events) go
+   * set-based (es_append_set), alone or together; other batches go append by append
+   * (es_append_batch). An append alone whose stream is not where it expected, or whose event id is
+   * stored, is sent again to es_append_inline, which answers what that means (a wrong expected
+   * version, a replay, an id conflict); a batch that fails is sent again append by append by the
+   * {@link Batcher}.
    */
   private async sendInlineAppends(appends: readonly InlineAppend[]): Promise<AppendReply[]> {
     const parse = (reply: unknown) => (typeof reply === 'string' ? JSON.parse(reply) : reply);
-    const creates = createsOf(appends);
-    if (creates) {
+    const set = setOf(appends);
+    if (set) {
       const rows = await this.sql
-        .query<{ reply: unknown }>(ES_APPEND_CREATES, creates.params)
+        .query<{ reply: unknown }>(ES_APPEND_SET, set.params)
         .catch((error: unknown) => {
           const { code } = pgError(error);
           if (appends.length === 1 && (code === 'CBC01' || code === '23505')) return undefined;
           throw error;
         });
-      if (rows) return creates.replies(parse(rows[0]!.reply) as CreatesReply);
+      if (rows) return set.replies(parse(rows[0]!.reply) as SetReply);
     }
     if (appends.length === 1) {
       const [one] = appends as [InlineAppend];
@@ -1073,12 +1097,12 @@ interface InlineAppend {
   readonly calls: readonly InlineCall[];
 }
 
-/** es_append_creates's parameters (the statement, with their types). */
-const ES_APPEND_CREATES = `SELECT es_append_creates($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bigint[],
-  $6::text[], $7::jsonb, $8::json, $9::text[], $10::text[], $11::text[], $12::json) AS reply`;
+/** es_append_set's statement (its parameters, with their types). */
+const ES_APPEND_SET = `SELECT es_append_set($1::text[], $2::bigint[], $3::bigint[], $4::uuid[], $5::text[],
+  $6::bigint[], $7::text[], $8::jsonb, $9::json, $10::text[], $11::text[], $12::text[], $13::json) AS reply`;
 
-/** What es_append_creates returns: its transaction's id, and each event's position by id. */
-interface CreatesReply {
+/** What es_append_set returns: its transaction's id, and each event's position by id. */
+interface SetReply {
   readonly commit: string;
   readonly ids: readonly string[];
   readonly positions: readonly string[];
@@ -1087,37 +1111,48 @@ interface CreatesReply {
 /** The elements of a JSON array text (`[…]`, as JSON.stringify writes it), or '' for `[]`. */
 const arrayItems = (json: string): string => json.slice(1, -1);
 
+/** The revision a request expects its stream at (-1: no stream), or undefined when not known. */
+const expectedRevision = (request: AppendRequest): bigint | undefined =>
+  request.expectedState === 'no_stream'
+    ? -1n
+    : typeof request.expectedState === 'bigint'
+      ? request.expectedState
+      : undefined;
+
 /**
- * A batch for es_append_creates, when every append in it only creates streams (each request
- * expects no stream and has events), all of them know the same projections and every inline
- * call's argument is a JSON array of rows; undefined otherwise. `params` are the statement's,
- * `replies` turns its reply into each append's own, in the batch's order.
+ * Appends for es_append_set, when in every one each request knows its stream's revision (no
+ * stream, or a given revision) and has events, all of them know the same projections and every
+ * inline call's argument is a JSON array of rows; undefined otherwise. `params` are the
+ * statement's, `replies` turns its reply into each append's own, in the appends' order.
  */
-const createsOf = (appends: readonly InlineAppend[]) => {
+const setOf = (appends: readonly InlineAppend[]) => {
   const known = appends[0]!.known;
   const sameKnown = (k: readonly string[] | null) =>
     k === known ||
     (k !== null && known !== null && k.length === known.length && k.every((x, i) => x === known[i]));
   for (const a of appends) {
     if (!sameKnown(a.known)) return undefined;
-    if (a.source.some((r) => r.expectedState !== 'no_stream' || r.events.length === 0)) return undefined;
+    if (a.source.some((r) => expectedRevision(r) === undefined || r.events.length === 0)) return undefined;
     if (a.calls.some((c) => !c.argument.startsWith('[') || !c.argument.endsWith(']'))) return undefined;
   }
   const streams: string[] = [];
-  const lastRevisions: number[] = [];
+  const expected: string[] = [];
+  const lastRevisions: string[] = [];
   const ids: string[] = [];
   const eventStreams: string[] = [];
-  const revisions: number[] = [];
+  const revisions: string[] = [];
   const types: string[] = [];
   const metadata: EventMetadata[] = [];
   for (const a of appends)
     for (const r of a.source) {
+      const from = expectedRevision(r)!;
       streams.push(r.streamName);
-      lastRevisions.push(r.events.length - 1);
+      expected.push(String(from));
+      lastRevisions.push(String(from + BigInt(r.events.length)));
       for (const [i, e] of r.events.entries()) {
         ids.push(e.id);
         eventStreams.push(r.streamName);
-        revisions.push(i);
+        revisions.push(String(from + BigInt(i + 1)));
         types.push(e.type);
         metadata.push(e.metadata);
       }
@@ -1134,6 +1169,7 @@ const createsOf = (appends: readonly InlineAppend[]) => {
   const data = appends.map((a) => arrayItems(a.data)).filter((d) => d !== '');
   const params = [
     streams,
+    expected,
     lastRevisions,
     ids,
     eventStreams,
@@ -1146,16 +1182,17 @@ const createsOf = (appends: readonly InlineAppend[]) => {
     [...calls.keys()],
     `[${[...calls.values()].map((c) => `[${c.rows.join(',')}]`).join(',')}]`,
   ];
-  const replies = (reply: CreatesReply): AppendReply[] => {
+  const replies = (reply: SetReply): AppendReply[] => {
     const positions = new Map(reply.ids.map((id, i) => [id, reply.positions[i]!]));
+    let n = 0;
     return appends.map((a) => {
       const events: AppendReply['events'][number][] = [];
       const written: AppendReply['streams'][number][] = [];
       for (const r of a.source) {
-        for (const [i, e] of r.events.entries())
+        for (const e of r.events)
           events.push({
             stream: r.streamName,
-            revision: String(i),
+            revision: revisions[n++]!,
             commit: reply.commit,
             position: positions.get(e.id.toLowerCase())!,
           });

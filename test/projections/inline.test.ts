@@ -151,7 +151,7 @@ for (const db of testDatabases) {
       );
       const appends = statements.filter((text) => !text.includes('pg_notify'));
       expect(appends).to.have.length(1);
-      expect(appends[0]).to.include('es_append_creates(');
+      expect(appends[0]).to.include('es_append_set(');
       expect(await patientIds(sql)).to.deep.equal([id]);
       const [identifier] = await sql.query<{ id: number }>(
         `SELECT id FROM rm_resource_identifiers WHERE system = 'urn:mrn' AND value = 'one-statement'`,
@@ -174,9 +174,9 @@ for (const db of testDatabases) {
       statements.length = 0;
       const first = await Promise.all(Array.from({ length: 30 }, (_, i) => create(i + 1)));
       expect(first).to.deep.equal(Array(30).fill('created'));
-      expect([count('es_append_inline'), count('es_append_creates'), count('es_append_batch')]).to.deep.equal(
-        [0, 2, 0],
-      );
+      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
+        0, 2, 0,
+      ]);
 
       // The same again, with an append in the middle of the batch that expects Patient 5 to be new:
       // the batch fails, each of its appends is sent alone and gets its own answer (Patient 5's
@@ -185,34 +185,93 @@ for (const db of testDatabases) {
       const second = await Promise.all([31, 32, 33, 5, 34, 35].map(create));
       expect(second[3]).to.be.instanceOf(WrongExpectedVersion);
       expect(second.filter((answer) => answer === 'created')).to.have.length(5);
-      expect([count('es_append_inline'), count('es_append_creates'), count('es_append_batch')]).to.deep.equal(
-        [1, 1 + 1 + 5, 0],
-      );
+      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
+        1,
+        1 + 1 + 5,
+        0,
+      ]);
       expect(statements).to.not.include('BEGIN');
 
-      // Appends to streams that exist (updates) go together append by append (es_append_batch).
+      // Updates (streams at a known revision) go set-based too, alone and together.
       statements.length = 0;
-      const updated = (id: number) =>
+      const updated = (id: number, value: string) =>
         testEvent('PatientUpdated', {
           id,
-          resource: { identifier: [{ system: 'urn:x', value: `u${id}` }] },
+          resource: { identifier: [{ system: 'urn:x', value }] },
           at: NOW,
         });
       const third = await Promise.all(
         [1, 2, 3, 4].map((id) =>
-          store.append(resourceStream('Patient', id), [updated(id)], 0n).then((r) => r.nextRevision),
+          store
+            .append(resourceStream('Patient', id), [updated(id, `u${id}`)], 0n)
+            .then((r) => r.nextRevision),
         ),
       );
       expect(third).to.deep.equal([1n, 1n, 1n, 1n]);
-      expect([count('es_append_inline'), count('es_append_creates'), count('es_append_batch')]).to.deep.equal(
-        [1, 0, 1],
+      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
+        0, 2, 0,
+      ]);
+      // One of them at a revision its stream has left: the batch fails, each goes alone, and that
+      // one is answered by es_append_inline.
+      statements.length = 0;
+      const fourth = await Promise.all(
+        [6, 7, 1, 8].map((id) =>
+          store.append(resourceStream('Patient', id), [updated(id, `v${id}`)], 0n).then(
+            (r) => r.nextRevision,
+            (error: unknown) => error,
+          ),
+        ),
       );
+      expect(fourth[2]).to.be.instanceOf(WrongExpectedVersion);
+      expect([fourth[0], fourth[1], fourth[3]]).to.deep.equal([1n, 1n, 1n]);
+      // An append that only checks a stream's revision (no events) goes append by append.
+      statements.length = 0;
+      const fifth = await Promise.all(
+        [9, 10, 11].map((id) =>
+          store
+            .appendMany([
+              { streamName: resourceStream('Patient', 12), events: [], expectedState: 0n },
+              {
+                streamName: resourceStream('Patient', id),
+                events: [updated(id, `w${id}`)],
+                expectedState: 0n,
+              },
+            ])
+            .then((r) => r.streams.map((x) => x.nextRevision)),
+        ),
+      );
+      expect(fifth).to.deep.equal([
+        [0n, 1n],
+        [0n, 1n],
+        [0n, 1n],
+      ]);
+      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
+        1, 0, 1,
+      ]);
       const values = await sql.query<{ id: number; value: string }>(
-        `SELECT id, value FROM rm_resource_identifiers WHERE system = 'urn:x' AND id <= 4 ORDER BY id`,
+        `SELECT id, value FROM rm_resource_identifiers WHERE system = 'urn:x' AND id <= 11 ORDER BY id`,
       );
-      expect(values.map((r) => [Number(r.id), r.value])).to.deep.equal(
-        [1, 2, 3, 4].map((id) => [id, `u${id}`]),
-      );
+      expect(values.map((r) => [Number(r.id), r.value])).to.deep.equal([
+        [1, 'u1'],
+        [2, 'u2'],
+        [3, 'u3'],
+        [4, 'u4'],
+        [5, 'p5'],
+        [6, 'v6'],
+        [7, 'v7'],
+        [8, 'v8'],
+        [9, 'w9'],
+        [10, 'w10'],
+        [11, 'w11'],
+      ]);
+      expect(
+        (await store.readStream(resourceStream('Patient', 1))).map(
+          (e) => (e.data as { resource: unknown }).resource,
+        ),
+      ).to.deep.equal([
+        { identifier: [{ system: 'urn:x', value: 'p1' }] },
+        { identifier: [{ system: 'urn:x', value: 'u1' }] },
+      ]);
 
       const expected = [...Array.from({ length: 35 }, (_, i) => i + 1)];
       expect(await patientIds(sql)).to.deep.equal(expected);
@@ -240,7 +299,7 @@ for (const db of testDatabases) {
       const ids = Array.from({ length: 12 }, (_, i) => 100 + i);
       const answers = await Promise.all(ids.map(create));
       // The first alone, the other 11 in one set-based statement.
-      expect(statements.filter((text) => text.includes('es_append_creates(')).length).to.equal(2);
+      expect(statements.filter((text) => text.includes('es_append_set(')).length).to.equal(2);
       expect(statements.filter((text) => text.includes('es_append_inline(')).length).to.equal(0);
 
       const written = (await store.readAll({ maxCount: 10_000 })).filter(
@@ -281,9 +340,9 @@ for (const db of testDatabases) {
       // The set-based statement found the stream; es_append_inline recognised the replay.
       expect(
         statements
-          .filter((text) => /es_append_(creates|inline)\(/.test(text))
+          .filter((text) => /es_append_(set|inline)\(/.test(text))
           .map((t) => t.match(/es_append_\w+/)![0]),
-      ).to.deep.equal(['es_append_creates', 'es_append_inline']);
+      ).to.deep.equal(['es_append_set', 'es_append_inline']);
       expect((await store.readStream(resourceStream('Patient', 200))).length).to.equal(1);
       // The same id on another new stream is a conflict, and writes nothing either.
       const conflict = await store
@@ -298,10 +357,11 @@ for (const db of testDatabases) {
       const { sql, store } = await open();
       const error = await sql
         .query(
-          `SELECT es_append_creates($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bigint[], $6::text[],
-             $7::jsonb, $8::json, NULL, '{}', '{}', '[]')`,
+          `SELECT es_append_set($1::text[], $2::bigint[], $3::bigint[], $4::uuid[], $5::text[], $6::bigint[],
+             $7::text[], $8::jsonb, $9::json, NULL, '{}', '{}', '[]')`,
           [
             ['short-1'],
+            [-1],
             [1],
             [uuid(), uuid()],
             ['short-1', 'short-1'],
