@@ -1,0 +1,56 @@
+/**
+ * The PostgreSQL handle's pool (src/db/sql.ts `PostgresSql`): a statement the server refuses keeps
+ * its connection (pg-pool's own `query` closed it, and every refused statement paid for a new
+ * connection); a connection the server ends is replaced, and its loss crashes nothing.
+ */
+import { expect } from 'chai';
+import { PostgresSql } from '../../src/db/sql.js';
+import { POSTGRES_TEST_URL } from '../support/databases.js';
+
+describe('PostgreSQL pool connections', function () {
+  this.timeout(30_000);
+  let sql: PostgresSql;
+  let admin: PostgresSql;
+  beforeEach(() => {
+    sql = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+    admin = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+  });
+  afterEach(async () => {
+    await sql.close();
+    await admin.close();
+  });
+
+  const pid = async () =>
+    Number((await sql.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]?.pid);
+  const connections = async (applicationPid: number) =>
+    Number(
+      (
+        await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [
+          applicationPid,
+        ])
+      )[0]?.n,
+    );
+
+  it('keeps the connection of a statement the server refused, parameterised or not', async () => {
+    const before = await pid();
+    const refused = await sql.query('SELECT 1 / $1::int AS x', [0]).catch((e: unknown) => e);
+    expect(refused).to.have.property('code', '22012');
+    const raised = await sql
+      .exec(`DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'CBW01', MESSAGE = 'wrong expected version'; END $$`)
+      .catch((e: unknown) => e);
+    expect(raised).to.have.property('code', 'CBW01');
+    expect(await pid()).to.equal(before);
+    expect(await connections(before)).to.equal(1);
+    // The connection is idle again, not in a failed transaction.
+    expect(await sql.query('SELECT 2 AS x')).to.deep.equal([{ x: 2 }]);
+  });
+
+  it('replaces a connection the server ended, without crashing', async () => {
+    const before = await pid();
+    const ended = await sql.query('SELECT pg_terminate_backend(pg_backend_pid())').catch((e: unknown) => e);
+    expect(ended).to.be.instanceOf(Error);
+    const after = await pid();
+    expect(after).to.not.equal(before);
+    expect(await sql.query('SELECT 3 AS x')).to.deep.equal([{ x: 3 }]);
+  });
+});
