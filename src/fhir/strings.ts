@@ -7,13 +7,12 @@
  */
 
 // Characters below U+0020 other than tab, LF and CR; a high surrogate not followed by a low one;
-// a low surrogate not preceded by a high one. No nested quantifiers: linear time.
+// a low surrogate not preceded by a high one. No nested quantifiers: linear time. Every match is
+// one UTF-16 code unit (the lookarounds match nothing). Global for `replace`; used only through
+// `search` and `replace`, which ignore and reset its lastIndex (never `test` or `exec`).
 const FORBIDDEN =
   // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
-  /[\u0000-\u0008\u000B\u000C\u000E-\u001F]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-/** {@link FORBIDDEN}, every occurrence (a constant pattern: `replace` resets its lastIndex). */
-const FORBIDDEN_ALL = new RegExp(FORBIDDEN.source, 'g');
+  /[\u0000-\u0008\u000B\u000C\u000E-\u001F]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /** Where a string breaks the rule, and why. */
 export interface StringViolation {
@@ -25,19 +24,19 @@ export interface StringViolation {
 
 /** The first character of `value` that FHIR strings may not contain; undefined when it is valid. */
 export const stringViolation = (value: string): StringViolation | undefined => {
-  const match = FORBIDDEN.exec(value);
-  if (!match) return undefined;
-  const code = match[0].charCodeAt(0);
+  const index = value.search(FORBIDDEN);
+  if (index < 0) return undefined;
+  const code = value.charCodeAt(index);
   const hex = code.toString(16).toUpperCase().padStart(4, '0');
-  return { index: match.index, reason: `${code < 0x20 ? 'control character' : 'lone surrogate'} U+${hex}` };
+  return { index, reason: `${code < 0x20 ? 'control character' : 'lone surrogate'} U+${hex}` };
 };
 
 /** Is `value` a string FHIR allows (spec: FHIR R5 string)? */
-export const isFhirString = (value: string): boolean => !FORBIDDEN.test(value);
+export const isFhirString = (value: string): boolean => value.search(FORBIDDEN) < 0;
 
 /** Replaces what the rule forbids by `\uXXXX`, so a path or message can quote a bad name safely. */
 export const escapeForbidden = (value: string): string =>
-  value.replace(FORBIDDEN_ALL, (c) => `\\u${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
+  value.replace(FORBIDDEN, (c) => `\\u${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
 
 /** A string inside a JSON value that breaks the rule. */
 export interface JsonStringViolation extends StringViolation {

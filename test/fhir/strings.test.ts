@@ -56,6 +56,15 @@ describe('FHIR string rule', () => {
     );
   });
 
+  it('answers the same for the same string every time, whatever was checked before (no state kept)', () => {
+    const bad = 'ab\u0001cd\u0002';
+    for (let i = 0; i < 3; i++) {
+      expect(isFhirString(bad)).to.equal(false);
+      expect(stringViolation(bad)).to.deep.equal({ index: 2, reason: 'control character U+0001' });
+      expect(escapeForbidden(bad)).to.equal('ab\\u0001cd\\u0002');
+    }
+  });
+
   it('escapes what it forbids for quoting', () => {
     expect(escapeForbidden('a\u0000b\uD800')).to.equal('a\\u0000b\\uD800');
   });
