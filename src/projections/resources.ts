@@ -58,9 +58,52 @@ export const everythingLinksOf = (
   questionnaire: typeof content.questionnaire === 'string' ? content.questionnaire : null,
 });
 
+/**
+ * A resource's state within a batch, before its row is made: the version whose content the row
+ * ends with (`source`) is rendered once, not every version the batch passes through (a report
+ * saved and submitted in one page of a replay is four versions of one row).
+ */
+interface PendingRow {
+  resourceType: ResourceType;
+  id: number;
+  tenantId: number | null;
+  versionId: number;
+  lastUpdated: string;
+  deleted: boolean;
+  created: boolean;
+  project: string | null;
+  author: string | null;
+  /** The last version with content: its number, instant and content; null: none in this batch. */
+  source: { versionId: number; at: string; resource: Record<string, unknown> } | null;
+}
+
+/** The row a batch leaves a resource with ({@link foldBatch}). */
+const rowOfPending = (p: PendingRow): ResourceRowChange => {
+  const { resourceType, id, source } = p;
+  const compartment = source ? compartmentOf(resourceType, id, source.resource) : undefined;
+  const links = source ? everythingLinksOf(resourceType, source.resource) : undefined;
+  return {
+    resource_type: resourceType,
+    id,
+    tenant_id: p.tenantId,
+    version_id: p.versionId,
+    content: source ? toFhirResource(resourceType, id, source.versionId, source.at, source.resource) : null,
+    last_updated: p.lastUpdated,
+    deleted: p.deleted,
+    patient_id: compartment?.patientId ?? null,
+    encounter_id: compartment?.encounterId ?? null,
+    project: p.project,
+    author: p.author,
+    created: p.created,
+    identifiers: source && !p.deleted ? identifiersOf(source.resource) : [],
+    practitioner_ids: links?.practitionerIds ?? null,
+    questionnaire: links?.questionnaire ?? null,
+  };
+};
+
 /** Folds a batch into the last state of each resource it touches. */
 const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
-  const rows = new Map<string, ResourceRowChange>();
+  const rows = new Map<string, PendingRow>();
   for (const event of events) {
     const kind = resourceEventKind(event.type);
     if (!kind) continue;
@@ -70,53 +113,42 @@ const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
     const key = `${resourceType}/${id}`;
     const previous = rows.get(key);
     // An event at or below a version this batch already holds was delivered again: no change.
-    if (previous && versionId <= previous.version_id) continue;
+    if (previous && versionId <= previous.versionId) continue;
     if (kind.kind === 'deleted') {
+      // A deletion keeps the content the row had (the stored one when the batch has none).
       const d = event.data as DeletedData;
       rows.set(key, {
         ...(previous ?? {
-          resource_type: resourceType,
+          resourceType,
           id,
-          tenant_id: event.metadata.tenantId,
-          content: null,
-          patient_id: null,
-          encounter_id: null,
+          tenantId: event.metadata.tenantId,
+          created: false,
           project: null,
           author: null,
-          created: false,
-          practitioner_ids: null,
-          questionnaire: null,
+          source: null,
         }),
-        version_id: versionId,
-        last_updated: d.at,
+        versionId,
+        lastUpdated: d.at,
         deleted: true,
-        identifiers: [],
       });
       continue;
     }
     const d = event.data as CreatedData | ChangedData;
-    const { patientId, encounterId } = compartmentOf(resourceType, id, d.resource);
     const created = kind.kind === 'created' ? (d as CreatedData) : undefined;
-    const links = everythingLinksOf(resourceType, d.resource);
     rows.set(key, {
-      resource_type: resourceType,
+      resourceType,
       id,
-      tenant_id: created?.tenantId ?? previous?.tenant_id ?? event.metadata.tenantId,
-      version_id: versionId,
-      content: toFhirResource(resourceType, id, versionId, d.at, d.resource),
-      last_updated: d.at,
+      tenantId: created?.tenantId ?? previous?.tenantId ?? event.metadata.tenantId,
+      versionId,
+      lastUpdated: d.at,
       deleted: false,
-      patient_id: patientId ?? null,
-      encounter_id: encounterId ?? null,
+      created: created !== undefined || (previous?.created ?? false),
       project: created ? (created.project ?? null) : (previous?.project ?? null),
       author: created ? (created.author ?? null) : (previous?.author ?? null),
-      created: created !== undefined || (previous?.created ?? false),
-      identifiers: identifiersOf(d.resource),
-      practitioner_ids: links.practitionerIds,
-      questionnaire: links.questionnaire,
+      source: { versionId, at: d.at, resource: d.resource },
     });
   }
-  return [...rows.values()];
+  return Array.from(rows.values(), rowOfPending);
 };
 
 // One statement per batch, in a function an append can call in its own statement: creations are
