@@ -5,8 +5,8 @@
  *
  * 1. A fresh schema; the log is generated through the event store's `appendMany`
  *    (bench/support/log.ts). With BENCH_SCHEMA=<schema> an existing log is reused (and kept).
- * 2. `casebook replay` runs as a child process (`node --import tsx src/cli/main.ts replay`) with
- *    DATABASE_URL on that schema; its wall time and VmHWM (sampled from /proc every 100 ms) are
+ * 2. `casebook replay` runs as a child process, compiled as `npm start` runs casebook
+ *    (`node dist/cli/main.js replay`, built first), with DATABASE_URL on that schema; its wall time and VmHWM (sampled from /proc every 100 ms) are
  *    reported. BENCH_CPU_PROF=1 writes a V8 CPU profile of it to ./bench-profiles.
  * Targets: ≥ 25,000 events/s, peak RSS < 400 MB. BENCH_KEEP=1 keeps the schema.
  */
@@ -15,7 +15,7 @@ import { loadavg } from 'node:os';
 import { PostgresSql } from '../src/db/sql.js';
 import { openEventStore } from '../src/eventstore/index.js';
 import { generateLog } from './support/log.js';
-import { rssMiB, spawnTs } from './support/process.js';
+import { buildCasebook, rssMiB, spawnCasebook } from './support/process.js';
 
 const POSTGRES_URL =
   process.env.BENCH_DATABASE_URL ??
@@ -34,9 +34,9 @@ const withSchemaUrl = (schema: string) => {
 /** Runs `casebook replay` on `schema`; returns its wall time (ms), peak RSS (MiB) and output. */
 const replay = async (schema: string) => {
   const nodeArgs = process.env.BENCH_CPU_PROF === '1' ? ['--cpu-prof', '--cpu-prof-dir=bench-profiles'] : [];
+  buildCasebook(); // before the clock starts
   const started = performance.now();
-  const child = spawnTs(
-    'src/cli/main.ts',
+  const child = spawnCasebook(
     ['replay'],
     { DATABASE_URL: withSchemaUrl(schema), LOG_LEVEL: 'warn' },
     nodeArgs,
