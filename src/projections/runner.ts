@@ -19,6 +19,7 @@
  * answers 2xx and then stays invisible. `casebook replay` rebuilds it.
  */
 
+import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
 import { quoteIdentifier, type Sql } from '../db/sql.js';
@@ -38,8 +39,10 @@ import type { Projection } from './projection.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
-/** Events per catch-up transaction (two pages are in memory at once: see buildInline). */
+/** Events per catch-up transaction (a few pages are in memory at once: see buildInline). */
 const CATCH_UP_PAGE = 2500;
+/** Pages a projection may apply ahead of the slowest while building on PostgreSQL (pipelinedCatchUp). */
+const PIPELINE_LEAD = 2;
 /** How often an idle runner looks for projections to build, milliseconds. */
 const IDLE_POLL_MS = 2000;
 /** How long a following runner waits, after the first event of a batch, for more to batch with it, milliseconds. */
@@ -131,24 +134,42 @@ const dropSecondaryIndexes = async (sql: Sql, tables: readonly string[]): Promis
 };
 
 /**
- * Creates the indexes {@link dropSecondaryIndexes} dropped from `tables`, in one transaction with
- * room to sort. The projections are live by then and appends write their tables meanwhile: the
- * transaction first takes SHARE on every table, in the order given (a projection's `tables`, the
- * order its apply statement writes them), as each CREATE INDEX would one by one in its own order.
- * Taken one by one, index by index, it deadlocked with an inline append that held one table and
- * wanted the next (seen under load in the rebuild-beside-appends test).
+ * Creates the indexes {@link dropSecondaryIndexes} dropped and then gathers the statistics of
+ * `tables` (plans made on the empty tables' would scan every row). Each index is built in its own
+ * transaction with room to sort, and each table analysed on its own; on PostgreSQL two of these run
+ * at once on the pool (the rebuild's last second, a GIN index or an ANALYZE per core: 200,000
+ * events' read models took 1.4 s one after the other). The projections are live by then and appends
+ * write their tables meanwhile: a transaction holds only the lock of the one table it indexes, so
+ * it cannot deadlock with an append that holds one table and waits for the next (as a single
+ * transaction taking the tables' locks one index after the other did, seen under load in the
+ * rebuild-beside-appends test).
  */
-const createIndexes = async (
+const createIndexesAndAnalyze = async (
   sql: Sql,
   definitions: readonly string[],
   tables: readonly string[],
 ): Promise<void> => {
-  if (definitions.length === 0) return;
-  await sql.transaction(async (tx) => {
-    await tx.exec(`SET LOCAL maintenance_work_mem = '256MB'`);
-    await tx.exec(`LOCK TABLE ${tables.map(quoteIdentifier).join(', ')} IN SHARE MODE`);
-    for (const definition of definitions) await tx.exec(definition);
+  const limit = pLimit(sql.kind === 'postgres' ? 2 : 1);
+  await Promise.all([
+    ...definitions.map((definition) =>
+      limit(() =>
+        sql.transaction(async (tx) => {
+          await tx.exec(`SET LOCAL maintenance_work_mem = '256MB'`);
+          await tx.exec(definition);
+        }),
+      ),
+    ),
+    ...tables.map((table) => limit(() => sql.exec(`ANALYZE ${quoteIdentifier(table)}`))),
+  ]);
+};
+
+/** A promise with its resolve function (Promise.withResolvers, which Node 20 lacks). */
+const signalled = (): { promise: Promise<void>; resolve: () => void } => {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
   });
+  return { promise, resolve };
 };
 
 /**
@@ -575,17 +596,19 @@ export class ProjectionRunner {
       page.catch(() => undefined); // awaited below, or dropped when the loop ends early
       return page;
     };
-    const prefetch = this.sql.kind === 'postgres';
-    let next = readPage(least());
-    while (!signal?.aborted && checkpoints.size > 0) {
-      const page = await next;
-      if (page.length < this.pageSize) break;
-      const last = page.at(-1)!.position;
-      if (prefetch) next = readPage(last);
-      await this.applyCatchUp(page, checkpoints, this.sql);
-      if (!prefetch) next = readPage(least());
-      read += page.length;
-      onProgress?.(read, last);
+    if (this.sql.kind === 'postgres' && checkpoints.size > 1)
+      read = await this.pipelinedCatchUp(readPage, least(), checkpoints, onProgress, signal);
+    else {
+      let next = readPage(least());
+      while (!signal?.aborted && checkpoints.size > 0) {
+        const page = await next;
+        if (page.length < this.pageSize) break;
+        const last = page.at(-1)!.position;
+        await this.applyCatchUp(page, checkpoints, this.sql);
+        next = readPage(least());
+        read += page.length;
+        onProgress?.(read, last);
+      }
     }
     if (signal?.aborted || checkpoints.size === 0) return read;
     // The last pages under the append lock, then live: no append can fall in between.
@@ -612,6 +635,94 @@ export class ProjectionRunner {
       return count;
     });
     this.applied$.next(undefined);
+    return read;
+  }
+
+  /**
+   * The catch-up of {@link buildInline} on PostgreSQL, up to the last full page: the log is read
+   * page after page once (the next page while the current one is applied), and each projection
+   * applies the pages on its own, in its own transactions on the pool, up to
+   * {@link PIPELINE_LEAD} pages ahead of the slowest. So one projection's long statement does not
+   * hold the others, and this process folds the next page while the server writes the last one
+   * (docs/architecture.md "Projections"). Moves each projection's entry of `checkpoints` to the end
+   * of the pages it applied; removes a projection that stopped on an event.
+   * @returns the events of the pages every projection has applied.
+   * @throws the first failure that is not a projection's own (a lost connection): after every
+   *   projection has stopped at its current page.
+   */
+  private async pipelinedCatchUp(
+    readPage: (from: Position | undefined) => Promise<RecordedEvent[]>,
+    from: Position | undefined,
+    checkpoints: Map<string, Position | undefined>,
+    onProgress: ((read: number, position: Position) => void) | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<number> {
+    // Page k, read once, after page k - 1 (an empty page: the log ended before it).
+    const pages = new Map<number, Promise<readonly RecordedEvent[]>>();
+    const pageAt = (k: number): Promise<readonly RecordedEvent[]> => {
+      let page = pages.get(k);
+      if (page === undefined) {
+        page =
+          k === 0
+            ? readPage(from)
+            : pageAt(k - 1).then((before) =>
+                before.length < this.pageSize ? [] : readPage(before.at(-1)!.position),
+              );
+        page.catch(() => undefined); // awaited by a projection, or dropped when they stop
+        pages.set(k, page);
+      }
+      return page;
+    };
+    // Pages each running projection has applied; a page is dropped once every one has.
+    const applied = new Map([...checkpoints.keys()].map((name) => [name, 0]));
+    // The end of each full page, once read.
+    const ends = new Map<number, Position>();
+    let read = 0;
+    let failed = false;
+    // Resolved (and replaced) whenever a projection moves on: the ones ahead wait on it.
+    let moved = signalled();
+    const slowest = () => Math.min(...applied.values());
+    const settle = () => {
+      const done = slowest(); // +Infinity once none runs
+      for (const k of pages.keys())
+        if (k < done && ends.has(k)) {
+          pages.delete(k);
+          read += this.pageSize;
+          onProgress?.(read, ends.get(k)!);
+          ends.delete(k);
+        }
+      moved.resolve();
+      moved = signalled();
+    };
+    const run = async (name: string) => {
+      const own = new Map([[name, checkpoints.get(name)]]);
+      try {
+        for (let k = 0; !failed && !signal?.aborted; k++) {
+          while (k - slowest() > PIPELINE_LEAD && !failed) await moved.promise;
+          const page = await pageAt(k);
+          if (page.length < this.pageSize || failed) return; // the rest: under the append lock
+          ends.set(k, page.at(-1)!.position);
+          void pageAt(k + 1);
+          await this.applyCatchUp(page, own, this.sql);
+          if (!own.has(name)) {
+            checkpoints.delete(name); // stopped on an event of this page
+            return;
+          }
+          checkpoints.set(name, page.at(-1)!.position);
+          applied.set(name, k + 1);
+          settle();
+        }
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        applied.delete(name);
+        settle();
+      }
+    };
+    const settled = await Promise.allSettled([...checkpoints.keys()].map(run));
+    const failure = settled.find((r) => r.status === 'rejected');
+    if (failure) throw failure.reason;
     return read;
   }
 
@@ -820,16 +931,11 @@ export class ProjectionRunner {
     this.deferredAt.clear();
     const read = await this.catchUp(onProgress);
     await this.catchUpDeferred();
-    // In the projections' own order: the order an append applies them in, one statement each.
-    await createIndexes(
+    await createIndexesAndAnalyze(
       this.sql,
       indexes,
-      this.projections.filter((p) => names.includes(p.name)).flatMap((p) => p.tables),
+      names.flatMap((name) => this.byName.get(name)!.tables),
     );
-    // Statistics of the filled tables: plans made on those of the empty ones scan every row.
-    for (const name of names)
-      for (const table of this.byName.get(name)!.tables)
-        await this.sql.exec(`ANALYZE ${quoteIdentifier(table)}`);
     return read;
   }
 

@@ -539,6 +539,113 @@ for (const db of testDatabases) {
       expect(rows.map((r) => Number(r.id))).to.deep.equal(sessions);
     });
 
+    it('rebuilds every projection in pages, each at its own pace, while appends go on: every event applied once, in log order', async () => {
+      // Pages of 4. On Postgres each projection applies the pages in its own transactions, up to
+      // two pages ahead of the slowest (here the sessions, held 30 ms a page); on PGlite one
+      // transaction per page applies them all.
+      // The positions of the events each projection is given. The sessions are given every page
+      // (they take every type, and pass on their own) and held 30 ms on each; the resources count
+      // the pages they begin ahead of the pages the sessions finished.
+      const seen = new Map<string, string[]>(allProjections.map((p) => [p.name, []]));
+      const at = (e: { position: { commit: bigint; prepare: bigint } }) =>
+        `${e.position.commit}/${e.position.prepare}`;
+      let sessionPages = 0;
+      let resourcePages = 0;
+      let lead = 0;
+      const projections = allProjections.map(
+        (p): Projection => ({
+          ...p,
+          handles: p.name === 'sessions' ? () => true : p.handles,
+          apply: async (events, tx, mode) => {
+            const own = events.filter((e) => p.handles(e.type));
+            seen.get(p.name)!.push(...own.map(at));
+            if (p.name === 'resources') lead = Math.max(lead, ++resourcePages - sessionPages);
+            if (p.name === 'sessions') await new Promise((resolve) => setTimeout(resolve, 30));
+            if (own.length > 0) await p.apply(own, tx, mode);
+            if (p.name === 'sessions') sessionPages++;
+          },
+        }),
+      );
+      const { ctx, sql, runner } = await open(projections, 4);
+      const patients: number[] = [];
+      const sessions: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        patients.push(await createPatient(ctx));
+        sessions.push(await createSession(ctx));
+      }
+      for (const given of seen.values()) given.length = 0;
+      [sessionPages, resourcePages, lead] = [0, 0, 0];
+      const progress: number[] = [];
+      const writes = Promise.all(Array.from({ length: 10 }, () => createPatient(ctx)));
+      const rebuilt = runner.rebuild((read) => progress.push(read));
+      const during = await writes;
+      const read = await rebuilt;
+
+      for (const name of ['tenants', 'api_clients', 'sessions', 'resources', 'export-outbox', 'audit-events'])
+        expect((await state(sql, name)).status, name).to.equal('live');
+      expect(await patientIds(sql)).to.deep.equal([...patients, ...during].sort((a, b) => a - b));
+      const rows = await sql.query<{ id: number }>(`SELECT id FROM rm_sessions ORDER BY id`);
+      expect(rows.map((r) => Number(r.id))).to.deep.equal(sessions);
+      // What each projection was given: the events of its types, each once, in log order.
+      const log = await sql.query<{ at: string; type: string }>(
+        `SELECT transaction_id::text || '/' || position::text AS at, type FROM es_events ORDER BY transaction_id, position`,
+      );
+      for (const projection of allProjections) {
+        const given = seen.get(projection.name)!;
+        const expected = log.filter((e) => projection.handles(e.type)).map((e) => e.at);
+        // Appends that went inline after the projection turned live are not in a catch-up page.
+        expect(given, projection.name).to.deep.equal(expected.slice(0, given.length));
+        expect(new Set(given).size, projection.name).to.equal(given.length);
+      }
+      expect(seen.get('resources')!.length).to.be.at.least(patients.length);
+      // On Postgres the resources began a page while the sessions were still on the third before
+      // it, never further (two pages ahead of the slowest); on PGlite each page is applied to all.
+      expect(lead).to.equal(db.name === 'postgres' ? 3 : 0);
+      expect(progress.length).to.be.greaterThan(2);
+      expect(progress).to.deep.equal([...progress].sort((a, b) => a - b));
+      expect(progress.at(-1)).to.equal(read);
+    });
+
+    it('fails a rebuild on an error that is not about an event, with no projection still applying a page', async () => {
+      // A failure of the database (not the event's data): the projection is not stopped, the
+      // rebuild fails, and the others stop at their current page before it does.
+      let failing = true;
+      const calls: string[] = [];
+      const projections = allProjections.map(
+        (p): Projection => ({
+          ...p,
+          apply: async (events, tx, mode) => {
+            calls.push(p.name);
+            if (failing && p.name === 'resources' && calls.filter((n) => n === p.name).length === 3)
+              throw Object.assign(new Error('connection lost'), { code: '08006' });
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            await p.apply(events, tx, mode);
+          },
+        }),
+      );
+      const { ctx, sql, runner } = await open(projections, 4);
+      for (let i = 0; i < 12; i++) {
+        await createPatient(ctx);
+        await createSession(ctx);
+      }
+      let error: unknown;
+      await runner.rebuild().catch((e: unknown) => {
+        error = e;
+      });
+      expect((error as { code?: string } | undefined)?.code).to.equal('08006');
+      const settled = calls.length;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(calls.length, 'applies after the rebuild failed').to.equal(settled);
+      expect((await state(sql, 'resources')).status).to.equal('building');
+
+      // The next run builds it (the cause gone).
+      failing = false;
+      await runner.rebuild();
+      for (const name of ['tenants', 'api_clients', 'sessions', 'resources', 'export-outbox', 'audit-events'])
+        expect((await state(sql, name)).status, name).to.equal('live');
+      expect((await patientIds(sql)).length).to.equal(12);
+    });
+
     it('reports a write that stopped a projection as stored but unavailable', async () => {
       const fragile: Projection = {
         ...sessionsProjection,
