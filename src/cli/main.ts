@@ -421,12 +421,17 @@ program
           return;
         }
         bar.start(total ?? 0, 0);
-        const applied = await casebook.runner.rebuild(progress);
+        const read = await casebook.runner.rebuild(progress);
+        // Every event of the log is reflected now, but the rebuild reads only the types some read
+        // model handles: the log's size is what was replayed.
+        const replayed = (await countEvents(casebook)) ?? read;
+        progress(replayed);
         bar.stop();
         const states = await casebook.runner.states();
         const stopped = states.filter((s) => s.status === 'stopped');
         print({
-          replayed: applied,
+          replayed,
+          read,
           projections: Object.fromEntries(states.map((s) => [s.name, s.status])),
           ...(stopped.length ? { stopped: Object.fromEntries(stopped.map((s) => [s.name, s.failure])) } : {}),
         });

@@ -261,11 +261,12 @@ export class KurrentDbEventStore implements EventStore {
     return new Map(names.map((name, i) => [name, read[i]!]));
   }
 
-  /** Reads `$all` strictly after `from`, at most `maxCount` events (default 1000), no system events. */
+  /** Reads `$all` strictly after `from`, at most `maxCount` events (default 1000), no system events nor `excludeTypes`. */
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;
     if (maxCount <= 0) return [];
     const { from } = options;
+    const excluded = new Set(options.excludeTypes ?? []);
     const events: RecordedEvent[] = [];
     // Unbounded server read, stopped by `break` (which cancels the call): skipped events (the one
     // at `from`, non-JSON ones) must not count against maxCount.
@@ -274,7 +275,8 @@ export class KurrentDbEventStore implements EventStore {
       filter: excludeSystemEvents(),
     })) {
       const event = toRecordedEvent(resolved);
-      if (!event || (from && comparePositions(event.position, from) <= 0)) continue;
+      if (!event || (from && comparePositions(event.position, from) <= 0) || excluded.has(event.type))
+        continue;
       events.push(event);
       if (events.length >= maxCount) break;
     }

@@ -766,18 +766,21 @@ export class SqlEventStore implements EventStore {
   ): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;
     const visible = committedOnly ? 'AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())' : '';
-    const rows = options.from
-      ? await sql.query<EventRow>(
-          `SELECT ${EVENT_COLUMNS} FROM es_events
-            WHERE (transaction_id, position) > ($1::xid8, $2::bigint) ${visible}
-            ORDER BY transaction_id, position LIMIT $3::bigint`,
-          [String(options.from.commit), String(options.from.prepare), maxCount],
-        )
-      : await sql.query<EventRow>(
-          `SELECT ${EVENT_COLUMNS} FROM es_events WHERE true ${visible}
-            ORDER BY transaction_id, position LIMIT $1::bigint`,
-          [maxCount],
-        );
+    const params: unknown[] = [maxCount];
+    const where = [visible];
+    if (options.from) {
+      params.push(String(options.from.commit), String(options.from.prepare));
+      where.push('AND (transaction_id, position) > ($2::xid8, $3::bigint)');
+    }
+    if (options.excludeTypes?.length) {
+      params.push([...options.excludeTypes]);
+      where.push(`AND type <> ALL($${params.length}::text[])`);
+    }
+    const rows = await sql.query<EventRow>(
+      `SELECT ${EVENT_COLUMNS} FROM es_events WHERE true ${where.join(' ')}
+        ORDER BY transaction_id, position LIMIT $1::bigint`,
+      params,
+    );
     return rows.map(toRecordedEvent);
   }
 

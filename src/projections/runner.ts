@@ -591,9 +591,26 @@ export class ProjectionRunner {
     // Catch up without blocking appends while there is more than a page to read. On Postgres the
     // next page is read (on another pool connection) while this one is applied; after a page every
     // remaining checkpoint is at its end, so that is where the next one starts.
+    // Types no building projection handles, learnt from the pages read: the next pages leave them
+    // out (a log's identifier reservations: a fifth of its events, and of a rebuild's reading).
+    const classified = new Set<string>();
+    const excluded: string[] = [];
+    const classify = (page: readonly RecordedEvent[]) => {
+      for (const { type } of page)
+        if (!classified.has(type)) {
+          classified.add(type);
+          if (![...checkpoints.keys()].some((name) => this.byName.get(name)!.handles(type)))
+            excluded.push(type);
+        }
+    };
+    const range = (from: Position | undefined) => ({
+      ...(from ? { from } : {}),
+      maxCount: this.pageSize,
+      ...(excluded.length ? { excludeTypes: [...excluded] } : {}),
+    });
     const readPage = (from: Position | undefined) => {
-      const page = this.store.readAll({ ...(from ? { from } : {}), maxCount: this.pageSize });
-      page.catch(() => undefined); // awaited below, or dropped when the loop ends early
+      const page = this.store.readAll(range(from));
+      page.then(classify, () => undefined); // awaited below, or dropped when the loop ends early
       return page;
     };
     if (this.sql.kind === 'postgres' && checkpoints.size > 1)
@@ -616,13 +633,9 @@ export class ProjectionRunner {
       await this.appends().lockAppends(tx);
       let count = 0;
       for (;;) {
-        const from = least();
-        const page = await this.appends().readAllIn(
-          tx,
-          { ...(from ? { from } : {}), maxCount: this.pageSize },
-          false,
-        );
+        const page = await this.appends().readAllIn(tx, range(least()), false);
         if (page.length === 0) break;
+        classify(page);
         await this.applyCatchUp(page, checkpoints, tx);
         count += page.length;
         onProgress?.(read + count, page.at(-1)!.position);

@@ -379,6 +379,28 @@ function contract(name: string, factory: () => Promise<ContractSubject>, options
         expect(comparePositions((await store.headPosition())!, last.position)).to.equal(0);
       });
 
+      it('leaves out the excluded types, which do not count against maxCount', async () => {
+        const stream = streamName();
+        const noise = `Noise${uuid().slice(0, 8)}`;
+        const kept = events(3, 'ThingHappened');
+        const mixed = [kept[0]!, ...events(2, noise), kept[1]!, ...events(3, noise), kept[2]!];
+        const first = await store.append(stream, mixed.slice(0, 1), 'no_stream');
+        await store.append(stream, mixed.slice(1), 0n);
+        const before = (await readAllFrom(store, undefined)).filter((e) => e.streamName === stream);
+        expect(before.map((e) => e.type)).to.include(noise);
+        const from = before[0]!.position;
+        expect(comparePositions(from, first.position)).to.equal(0);
+
+        // Two events after the first: the two kept ones, the five between and after them skipped.
+        const page = await store.readAll({ from, maxCount: 2, excludeTypes: [noise, 'NeverWritten'] });
+        expect(ids(page)).to.deep.equal(ids(kept.slice(1)));
+        const all = (await readAllFrom(store, undefined)).filter((e) => e.streamName === stream);
+        expect(ids(all)).to.deep.equal(ids(mixed));
+        expect(await store.readAll({ from: page.at(-1)!.position, excludeTypes: [noise] })).to.deep.equal(
+          await store.readAll({ from: page.at(-1)!.position }),
+        );
+      });
+
       it('returns positions strictly increasing over the whole log', async () => {
         await store.append(streamName(), events(3), 'no_stream');
         const all = await readAllFrom(store, undefined, 7);
