@@ -588,9 +588,6 @@ export class ProjectionRunner {
       }
       return from;
     };
-    // Catch up without blocking appends while there is more than a page to read. On Postgres the
-    // next page is read (on another pool connection) while this one is applied; after a page every
-    // remaining checkpoint is at its end, so that is where the next one starts.
     // Types no building projection handles, learnt from the pages read: the next pages leave them
     // out (a log's identifier reservations: a fifth of its events, and of a rebuild's reading).
     const classified = new Set<string>();
@@ -613,7 +610,12 @@ export class ProjectionRunner {
       page.then(classify, () => undefined); // awaited below, or dropped when the loop ends early
       return page;
     };
-    if (this.sql.kind === 'postgres' && checkpoints.size > 1)
+    // Catch up without blocking appends while there is more than a page to read. On Postgres the
+    // next page is read (on another pool connection) while this one is applied, and several
+    // projections go through the pages each at its own pace; after a page every remaining
+    // checkpoint is at its end, so that is where the next one starts.
+    const prefetch = this.sql.kind === 'postgres';
+    if (prefetch && checkpoints.size > 1)
       read = await this.pipelinedCatchUp(readPage, least(), checkpoints, onProgress, signal);
     else {
       let next = readPage(least());
@@ -621,8 +623,9 @@ export class ProjectionRunner {
         const page = await next;
         if (page.length < this.pageSize) break;
         const last = page.at(-1)!.position;
+        if (prefetch) next = readPage(last);
         await this.applyCatchUp(page, checkpoints, this.sql);
-        next = readPage(least());
+        if (!prefetch) next = readPage(least());
         read += page.length;
         onProgress?.(read, last);
       }
