@@ -66,6 +66,9 @@ const preparedQuery = (text: string, values: readonly unknown[]): pg.QueryConfig
   return { name, text, values: [...values] };
 };
 
+/** Pooled connections whose session state is unknown (a ROLLBACK failed): closed, never reused. */
+const unusable = new WeakSet<pg.PoolClient>();
+
 class PgClientSql implements Sql {
   readonly kind = 'postgres' as const;
   readonly shared = false;
@@ -88,7 +91,10 @@ class PgClientSql implements Sql {
       await this.client.query('COMMIT');
       return result;
     } catch (error) {
-      await this.client.query('ROLLBACK').catch(() => undefined);
+      await this.client.query('ROLLBACK').catch(() => {
+        // Its session is in an unknown state (a transaction may still be open): never reuse it.
+        unusable.add(this.client);
+      });
       throw error;
     }
   }
@@ -199,12 +205,39 @@ export class PostgresSql implements Sql {
   async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
     return this.withConnection((conn) => conn.transaction(fn));
   }
+  /**
+   * Runs `fn` on one pooled connection held throughout (a transaction, session advisory locks).
+   * The connection goes back to the pool after `fn`, unless it failed while held (its error
+   * event: the server ended the session between two statements, which without a listener would
+   * crash the process), a statement on it failed with more than the statement ({@link
+   * statementOnly}), or a ROLLBACK on it failed: then it is closed, so no later caller gets a
+   * broken connection or an open transaction.
+   * @throws what `fn` throws.
+   */
   async withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
+    let lost = false;
+    const onError = () => {
+      lost = true;
+    };
+    client.on('error', onError);
+    let failed: unknown;
     try {
       return await fn(new PgClientSql(client, false));
+    } catch (error) {
+      failed = error;
+      throw error;
     } finally {
-      client.release();
+      client.off('error', onError);
+      const broken =
+        lost ||
+        unusable.has(client) ||
+        (failed instanceof pg.DatabaseError && !statementOnly(failed)) ||
+        // node-postgres' own errors for a connection that ended or broke mid-statement
+        (failed instanceof Error &&
+          !(failed instanceof pg.DatabaseError) &&
+          /^Connection terminated|not queryable/.test(failed.message));
+      client.release(broken);
     }
   }
   async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {

@@ -53,4 +53,65 @@ describe('PostgreSQL pool connections', function () {
     expect(after).to.not.equal(before);
     expect(await sql.query('SELECT 3 AS x')).to.deep.equal([{ x: 3 }]);
   });
+
+  /** Ends `backend` from the other pool and waits until the server has let it go. */
+  const terminate = async (backend: number) => {
+    await admin.query('SELECT pg_terminate_backend($1)', [backend]);
+    for (let i = 0; i < 50 && (await connections(backend)) > 0; i++)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the client's error event
+  };
+
+  it('survives a held connection the server ends between two statements, and never hands it out again', async () => {
+    let held = 0;
+    const outcome = await sql
+      .withConnection(async (conn) => {
+        held = Number((await conn.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]?.pid);
+        await terminate(held); // while idle and checked out: an error event, no query to take it
+        return conn.query('SELECT 1 AS x');
+      })
+      .catch((e: unknown) => e);
+    expect(outcome).to.be.instanceOf(Error);
+    expect(await connections(held)).to.equal(0);
+    const after = await pid();
+    expect(after).to.not.equal(held);
+    expect(await sql.query('SELECT 4 AS x')).to.deep.equal([{ x: 4 }]);
+  });
+
+  it('closes a connection whose transaction could not be rolled back, so no caller inherits it', async () => {
+    let held = 0;
+    const outcome = await sql
+      .transaction(async (tx) => {
+        held = Number((await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]?.pid);
+        await tx.query('CREATE TEMP TABLE casebook_sql_test (x int)');
+        await terminate(held);
+        throw new Error('the command failed');
+      })
+      .catch((e: unknown) => e);
+    expect((outcome as Error).message).to.equal('the command failed');
+    expect(await pid()).to.not.equal(held);
+    expect(await sql.query('SELECT 5 AS x')).to.deep.equal([{ x: 5 }]);
+  });
+
+  it('keeps a held connection after an error of the code that held it, or a statement refused in it', async () => {
+    const before = await pid();
+    const thrown = await sql
+      .withConnection(async (conn) => {
+        await conn.query('SELECT 1 AS x');
+        throw new TypeError('a bug in the caller');
+      })
+      .catch((e: unknown) => e);
+    expect(thrown).to.be.instanceOf(TypeError);
+    const refused = await sql
+      .transaction(async (tx) => {
+        await tx.query('SELECT 1 / $1::int AS x', [0]);
+      })
+      .catch((e: unknown) => e);
+    expect(refused).to.have.property('code', '22012');
+    expect(await pid()).to.equal(before);
+    // Idle again, not inside the failed transaction.
+    expect(await sql.query<{ open: boolean }>(`SELECT now() = statement_timestamp() AS open`)).to.deep.equal([
+      { open: true },
+    ]);
+  });
 });
