@@ -170,74 +170,49 @@ export class PostgresSql implements Sql {
     this.pool.on('error', () => undefined);
   }
   async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
-    const result = await this.onConnection((client) => client.query(preparedQuery(text, params)));
+    const result = await this.checkedOut((client) => client.query(preparedQuery(text, params)));
     return result.rows as R[];
   }
   async exec(text: string): Promise<void> {
-    await this.onConnection((client) => client.query(text));
-  }
-  /**
-   * Runs one statement on a pooled connection. A statement the server refused with an error that
-   * ends only the statement (a wrong expected version, a unique violation, any check of casebook's
-   * SQL) leaves the connection idle and ready, and it goes back to the pool; any other failure (the
-   * connection broke, the server ended the session) closes it. pg-pool's own `query` closes the
-   * connection on every error, so each refused statement cost a new connection — a server process,
-   * its authentication, every prepared statement planned again: 10–18 ms of the serving process's
-   * CPU and 30–50 ms of the machine's for a conditional update refused as a duplicate
-   * (bench/README.md, stop 30).
-   */
-  private async onConnection<T>(run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
-    // The connection may fail while checked out: its error event must not crash the process.
-    const ignore = () => undefined;
-    client.on('error', ignore);
-    let broken = false;
-    try {
-      return await run(client);
-    } catch (error) {
-      broken = !statementOnly(error);
-      throw error;
-    } finally {
-      client.off('error', ignore);
-      client.release(broken);
-    }
+    await this.checkedOut((client) => client.query(text));
   }
   async transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
     return this.withConnection((conn) => conn.transaction(fn));
   }
-  /**
-   * Runs `fn` on one pooled connection held throughout (a transaction, session advisory locks).
-   * The connection goes back to the pool after `fn`, unless it failed while held (its error
-   * event: the server ended the session between two statements, which without a listener would
-   * crash the process), a statement on it failed with more than the statement ({@link
-   * statementOnly}), or a ROLLBACK on it failed: then it is closed, so no later caller gets a
-   * broken connection or an open transaction.
-   * @throws what `fn` throws.
-   */
+  /** Runs `fn` on one pooled connection held throughout (a transaction, session advisory locks); see {@link checkedOut}. */
   async withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    return this.checkedOut((client) => fn(new PgClientSql(client, false)));
+  }
+  /**
+   * Runs `run` on a pooled connection, then returns the connection to the pool — unless it is
+   * broken: the server ended its session while it was checked out (its error event, which without
+   * a listener here would crash the process), a statement failed with more than the statement
+   * ({@link statementOnly}), or a ROLLBACK on it failed (its session may hold an open
+   * transaction); then it is closed, and no later caller gets it. pg-pool itself also closes a
+   * connection node-postgres marked not queryable. A statement the server refused (a wrong expected
+   * version, a unique violation, any check of casebook's SQL) and an error of the caller's own code
+   * keep the connection: pg-pool's own `query` closed it on every error, so each refused statement
+   * cost a new connection — a server process, its authentication, every prepared statement planned
+   * again: 10–18 ms of the serving process's CPU and 30–50 ms of the machine's for a conditional
+   * update refused as a duplicate (bench/README.md, stop 30).
+   * @throws what `run` throws.
+   */
+  private async checkedOut<T>(run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool.connect();
     let lost = false;
     const onError = () => {
       lost = true;
     };
     client.on('error', onError);
-    let failed: unknown;
+    let broken = false;
     try {
-      return await fn(new PgClientSql(client, false));
+      return await run(client);
     } catch (error) {
-      failed = error;
+      broken = error instanceof pg.DatabaseError && !statementOnly(error);
       throw error;
     } finally {
       client.off('error', onError);
-      const broken =
-        lost ||
-        unusable.has(client) ||
-        (failed instanceof pg.DatabaseError && !statementOnly(failed)) ||
-        // node-postgres' own errors for a connection that ended or broke mid-statement
-        (failed instanceof Error &&
-          !(failed instanceof pg.DatabaseError) &&
-          /^Connection terminated|not queryable/.test(failed.message));
-      client.release(broken);
+      client.release(lost || broken || unusable.has(client));
     }
   }
   async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
