@@ -8,7 +8,13 @@
  * 2. `casebook replay` runs as a child process, compiled as `npm start` runs casebook
  *    (`node dist/cli/main.js replay`, built first), with DATABASE_URL on that schema; its wall time and VmHWM (sampled from /proc every 100 ms) are
  *    reported. BENCH_CPU_PROF=1 writes a V8 CPU profile of it to ./bench-profiles.
- * Targets: ≥ 25,000 events/s, peak RSS < 400 MB. BENCH_KEEP=1 keeps the schema.
+ * 3. Beside it, the raw baseline of the same run (this machine's speed moves by ±15 % within
+ *    minutes and about ×2 between hours): a plain node-postgres loop that reads the same log in
+ *    pages of 2,500 events, parses them, and writes each page's data into one unindexed table
+ *    with one INSERT per page, reading the next page while it writes. It runs before and after
+ *    the replay; the ratio of the replay's events/s to their mean says how much of the machine's
+ *    raw copy speed the rebuild of eleven read models reaches.
+ * Targets: ≥ 25,000 events/s, peak RSS < 400 MB (issue 11). BENCH_KEEP=1 keeps the schema.
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
@@ -56,6 +62,51 @@ const replay = async (schema: string) => {
   return { ms, peak, output: child.output() };
 };
 
+const RAW_PAGE = 2500;
+
+/**
+ * The raw baseline (step 3 above): copies the log of `schema` page by page into a fresh
+ * `bench_raw_copy` table (dropped after), each page's INSERT in its own transaction without
+ * waiting for the WAL flush, as the catch-up commits. Returns the events copied and the wall time (ms).
+ */
+const rawCopy = async (schema: string): Promise<{ events: number; ms: number }> => {
+  const sql = new PostgresSql(POSTGRES_URL, { searchPath: schema, max: 2 });
+  try {
+    await sql.exec(
+      'DROP TABLE IF EXISTS bench_raw_copy; CREATE TABLE bench_raw_copy (position bigint, type text, data json)',
+    );
+    type Row = { position: string; type: string; data: unknown; metadata: unknown };
+    const read = (after: string) =>
+      sql.query<Row>(
+        `SELECT position::text AS position, type, data, metadata FROM es_events WHERE position > $1
+          ORDER BY position LIMIT ${RAW_PAGE}`,
+        [after],
+      );
+    const started = performance.now();
+    let events = 0;
+    let page = await read('0');
+    while (page.length > 0) {
+      const last = page.at(-1)!.position;
+      const next = read(last);
+      await sql.transaction(async (tx) => {
+        await tx.exec('SET LOCAL synchronous_commit = off');
+        await tx.query(
+          `INSERT INTO bench_raw_copy (position, type, data)
+           SELECT * FROM ROWS FROM (unnest($1::bigint[]), unnest($2::text[]), json_array_elements($3::json))`,
+          [page.map((r) => r.position), page.map((r) => r.type), JSON.stringify(page.map((r) => r.data))],
+        );
+      });
+      events += page.length;
+      page = await next;
+    }
+    const ms = performance.now() - started;
+    await sql.exec('DROP TABLE bench_raw_copy');
+    return { events, ms };
+  } finally {
+    await sql.close();
+  }
+};
+
 const main = async () => {
   console.log(
     `bench:replay — load average at start ${loadavg()
@@ -94,7 +145,10 @@ const main = async () => {
     const [{ count } = { count: 0 }] = await admin.query<{ count: number }>(
       `SELECT count(*)::int AS count FROM ${schema}.es_events`,
     );
+    const rawBefore = await rawCopy(schema);
     const run = await replay(schema);
+    const rawAfter = await rawCopy(schema);
+    const rawRate = (rawBefore.events + rawAfter.events) / ((rawBefore.ms + rawAfter.ms) / 1000);
     const replayed = Number(/"replayed":\s*(\d+)/.exec(run.output)?.[1] ?? count);
     const rate = replayed / (run.ms / 1000);
     console.log(
@@ -111,6 +165,13 @@ const main = async () => {
         `≥ ${TARGET_EVENTS_PER_SECOND.toLocaleString('en-US')}`,
         rate >= TARGET_EVENTS_PER_SECOND ? 'pass' : 'MISS',
       ],
+      [
+        'raw copy of the same log, same run (before / after the replay)',
+        `${Math.round(rawRate).toLocaleString('en-US')} events/s (${(rawBefore.ms / 1000).toFixed(1)} s / ${(rawAfter.ms / 1000).toFixed(1)} s)`,
+        '',
+        '',
+      ],
+      ['replay ÷ raw copy', `${Math.round((rate / rawRate) * 100)} %`, '', ''],
       [
         'peak RSS of the replay process',
         `${Math.round(run.peak)} MiB`,
