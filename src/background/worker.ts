@@ -10,8 +10,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import pino from 'pino';
 import { PostgresSql } from '../db/sql.js';
 import { StatisticsKeeper } from '../db/statistics.js';
+import { openEventStore } from '../eventstore/index.js';
 import { Sealer } from '../eventstore/sealer.js';
-import { SqlEventStore } from '../eventstore/sql-event-store.js';
 import { allProjections } from '../projections/index.js';
 import { ProjectionRunner } from '../projections/runner.js';
 import type { BackgroundMessage, BackgroundWorkerData } from './thread.js';
@@ -30,7 +30,8 @@ const sql = new PostgresSql(data.connectionString, {
   ...(data.searchPath ? { searchPath: data.searchPath } : {}),
   max: (data.seal ? 2 : 0) + (data.followDeferred ? 2 : 0) + 1,
 });
-const store = await SqlEventStore.open(sql);
+// The thread runs beside the SQL stores only (its seals and views live in the same database).
+const store = await openEventStore({ sql });
 const logger = pino({ level: data.logLevel }).child({ thread: 'background' });
 const sealer = data.seal ? new Sealer(store, sql, logger) : undefined;
 sealer?.start();

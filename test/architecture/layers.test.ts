@@ -1,0 +1,84 @@
+/**
+ * The layers of docs/architecture.md "Layers", checked on the source's imports (static and
+ * dynamic, read by TypeScript's own pre-processor): the domain, the commands and the projections
+ * know nothing of HTTP; only the event store's own module picks an adapter; the app host, the SDC
+ * host and the launcher call commands, never the FHIR router.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import ts from 'typescript';
+
+const SRC = resolve(dirname(fileURLToPath(import.meta.url)), '../../src');
+
+/** Every `.ts` file under `dir`, as paths relative to src/ (`commands/handler.ts`). */
+const sourceFiles = (dir: string): string[] =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return sourceFiles(path);
+    return entry.name.endsWith('.ts') ? [relative(SRC, path)] : [];
+  });
+
+/** The project files `file` imports, relative to src/ with `.ts` (packages left out). */
+const importsOf = (file: string): string[] =>
+  ts
+    .preProcessFile(readFileSync(join(SRC, file), 'utf8'), true, true)
+    .importedFiles.map((i) => i.fileName)
+    .filter((name) => name.startsWith('.'))
+    .map((name) => relative(SRC, resolve(SRC, dirname(file), name)).replace(/\.js$/, '.ts'));
+
+const FILES = sourceFiles(SRC);
+const GRAPH = new Map(FILES.map((file) => [file, importsOf(file)]));
+
+/** `file → imported` pairs where `from(file)` and `to(imported)` both hold. */
+const edges = (from: (file: string) => boolean, to: (imported: string) => boolean): string[] =>
+  [...GRAPH].flatMap(([file, imports]) =>
+    from(file) ? imports.filter(to).map((imported) => `${file} → ${imported}`) : [],
+  );
+
+describe('layers (docs/architecture.md "Layers")', () => {
+  it('reads the imports of the whole source', () => {
+    expect(FILES.length).to.be.greaterThan(100);
+    expect(GRAPH.get('http/app.ts')).to.include('http/fhir/router.ts');
+    expect(GRAPH.get('eventstore/index.ts')).to.include('eventstore/sql-event-store.ts');
+    // A dynamic import counts too: the KurrentDB adapter is loaded only when configured.
+    expect(GRAPH.get('eventstore/index.ts')).to.include('eventstore/kurrentdb-event-store.ts');
+  });
+
+  it('no file in commands/, domain/ or projections/ imports http/', () => {
+    expect(
+      edges(
+        (f) => /^(commands|domain|projections)\//.test(f),
+        (i) => i.startsWith('http/'),
+      ),
+    ).to.deep.equal([]);
+  });
+
+  it('dependencies point inwards: only http/ itself and the CLI that serves it import http/', () => {
+    expect(
+      edges(
+        (f) => !f.startsWith('http/') && !f.startsWith('cli/'),
+        (i) => i.startsWith('http/'),
+      ),
+    ).to.deep.equal([]);
+  });
+
+  it('no file outside eventstore/ imports an event store adapter', () => {
+    expect(
+      edges(
+        (f) => !f.startsWith('eventstore/'),
+        (i) => i === 'eventstore/sql-event-store.ts' || i === 'eventstore/kurrentdb-event-store.ts',
+      ),
+    ).to.deep.equal([]);
+  });
+
+  it('only the host wiring mounts the FHIR router; the app, SDC and launch hosts call commands', () => {
+    expect(
+      edges(
+        (f) => f !== 'http/app.ts' && !f.startsWith('http/fhir/'),
+        (i) => i === 'http/fhir/router.ts',
+      ),
+    ).to.deep.equal([]);
+  });
+});
