@@ -4,7 +4,14 @@ import { bumpSequence } from '../db/sequences.js';
 import type { Sql } from '../db/sql.js';
 import type { SessionCreatedData, SessionEvent } from '../domain/session/session.js';
 import type { PendingEvent } from '../eventstore/port.js';
-import { applyFunctionFor, defineApplyFunctions, type Projection, rowsParam } from './projection.js';
+import {
+  type ApplyColumn,
+  type ApplyInput,
+  applyCall,
+  defineApplyFunctions,
+  type Projection,
+  rowsParam,
+} from './projection.js';
 
 /** The state of one session after a batch. */
 interface SessionRowChange {
@@ -69,13 +76,21 @@ const SESSION_EVENTS = new Set(['SessionCreated', 'SessionHandedOver', 'SessionE
 // its rows by key, not by the scan of rm_sessions the planner prefers while it takes the batch for
 // 100 rows; a rebuild's large pages go to rm_sessions_apply_bulk.
 const APPLY_FUNCTION = 'rm_sessions_apply';
-const applyDefinition = (fn: string, settings: string) => `
-CREATE OR REPLACE FUNCTION ${fn}(batch json) RETURNS void LANGUAGE plpgsql
+/** The columns of a {@link SessionRowChange}, as the apply functions take them. */
+const APPLY_COLUMNS: readonly ApplyColumn[] = [
+  { name: 'id', type: 'integer' },
+  { name: 'revision', type: 'integer' },
+  { name: 'created', type: 'json' },
+  { name: 'status', type: 'text' },
+  { name: 'cookie_hash', type: 'text' },
+  { name: 'last_modified_at', type: 'timestamptz' },
+];
+const applyDefinition = (fn: string, settings: string, rows: ApplyInput) => `
+CREATE OR REPLACE FUNCTION ${fn}(${rows.parameters}) RETURNS void LANGUAGE plpgsql
   ${settings} AS $fn$
 BEGIN
-WITH input AS (
-  SELECT x.*, (x.created->>'tenantId')::int AS tenant_id FROM json_to_recordset(batch)
-    AS x(id integer, revision integer, created json, status text, cookie_hash text, last_modified_at timestamptz)),
+WITH given AS (${rows.rows}),
+input AS (SELECT g.*, (g.created->>'tenantId')::int AS tenant_id FROM given g),
 inserted AS (
   INSERT INTO rm_sessions (id, tenant_id, client_id, user_id, patient_id, encounter_id, scopes, deployment_mode,
     post_submit_redirect, post_cancel_redirect, status, cookie_hash, created_at, last_modified_at, expires_at, revision)
@@ -117,7 +132,7 @@ export const sessionsProjection: Projection = {
       revision integer NOT NULL DEFAULT 0
     );
     CREATE INDEX IF NOT EXISTS rm_sessions_tenant ON rm_sessions (tenant_id);`);
-    await defineApplyFunctions(sql, APPLY_FUNCTION, applyDefinition);
+    await defineApplyFunctions(sql, APPLY_FUNCTION, APPLY_COLUMNS, applyDefinition);
   },
   handles: (type) => SESSION_EVENTS.has(type),
   inline: {
@@ -130,7 +145,8 @@ export const sessionsProjection: Projection = {
   apply: async (events, tx, mode) => {
     const rows = foldSessions(events);
     if (rows.length === 0) return;
-    await tx.query(`SELECT ${applyFunctionFor(APPLY_FUNCTION, rows.length)}($1::json)`, [rowsParam(rows)]);
+    const call = applyCall(APPLY_FUNCTION, APPLY_COLUMNS, rows);
+    await tx.query(call.text, call.values);
     if (mode === 'catch-up') {
       const highest = Math.max(0, ...rows.filter((r) => r.created).map((r) => r.id));
       if (highest > 0) await bumpSequence(tx, 'session', highest);

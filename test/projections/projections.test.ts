@@ -48,6 +48,7 @@ import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
+import { sessionsProjection } from '../../src/projections/sessions.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
 import { testRecordedEvent } from '../support/events.js';
 
@@ -1383,6 +1384,163 @@ for (const db of testDatabases) {
           ids.includes(Number(r.id)),
         );
         expect(identifiers.map((r) => r.value).sort()).to.deep.equal(ids.map((id) => `b-${id}`).sort());
+      });
+
+      it('writes with the bulk form (parallel arrays) every column the keyed form (one JSON document) writes', async () => {
+        // 130 QuestionnaireResponses (over 100 rows: the bulk form) with every column filled in
+        // somewhere — strings that need quoting in an array literal, a questionnaire, authors,
+        // Practitioner links, a project — then a batch that deletes some (no content in the batch:
+        // the stored one stays), updates others and creates one. Applied once as two bulk batches
+        // and once in batches of 40 (the keyed form), the tables must match row for row.
+        const ids = Array.from({ length: 130 }, (_, i) => 810_001 + i);
+        const stream = (id: number) => resourceStream('QuestionnaireResponse', id);
+        const content = (id: number, round: string) => ({
+          resourceType: 'QuestionnaireResponse',
+          status: round === 'a' ? 'in-progress' : 'completed',
+          questionnaire: `https://forms.example.org/Questionnaire/q-${id % 3}|1.0`,
+          subject: { reference: `Patient/${700_000 + (id % 7)}` },
+          encounter: { reference: `Encounter/${710_000 + (id % 5)}` },
+          author: { reference: `Practitioner/${720_000 + (id % 4)}` },
+          identifier: { system: 'urn:bulk-columns', value: `${round}-${id} "quoted" \\ {braces},comma ü` },
+          item: [
+            {
+              linkId: '1',
+              text: `Befund "${id}" \\ ${round}`,
+              answer: [{ valueString: 'x'.repeat(id % 50) }],
+            },
+          ],
+        });
+        const first = ids.map((id, i) =>
+          testRecordedEvent('QuestionnaireResponseCreated', stream(id), 0n, {
+            id,
+            tenantId: 1 + (i % 2),
+            resource: content(id, 'a'),
+            at: '2025-03-04T09:00:00.000Z',
+            ...(i % 3 === 0 ? { author: `Practitioner/${720_000 + i}` } : {}),
+            ...(i % 10 === 0 ? { project: `project "${i}"` } : {}),
+          }),
+        );
+        const second = [
+          ...ids.slice(0, 60).map((id) =>
+            testRecordedEvent('QuestionnaireResponseDeleted', stream(id), 1n, {
+              id,
+              at: '2025-03-04T10:00:00.000Z',
+            }),
+          ),
+          ...ids.slice(60).map((id) =>
+            testRecordedEvent('QuestionnaireResponseUpdated', stream(id), 1n, {
+              id,
+              resource: content(id, 'b'),
+              at: '2025-03-04T10:00:00.000Z',
+            }),
+          ),
+          ...ids.slice(0, 50).map((id) =>
+            testRecordedEvent('QuestionnaireResponseCreated', stream(id + 1000), 0n, {
+              id: id + 1000,
+              tenantId: 1,
+              resource: content(id + 1000, 'c'),
+              at: '2025-03-04T10:00:00.000Z',
+            }),
+          ),
+        ];
+        const mine = (r: Row) => Number(r.id) > 810_000 && Number(r.id) < 812_000;
+        const tables = async () => ({
+          resources: (await dump(h.sql, 'rm_resources')).filter(mine),
+          identifiers: (await dump(h.sql, 'rm_resource_identifiers')).filter(mine),
+        });
+        const clear = () =>
+          h.sql.exec(`DELETE FROM rm_resources WHERE id > 810000 AND id < 812000;
+                      DELETE FROM rm_resource_identifiers WHERE id > 810000 AND id < 812000`);
+        const applyIn = async (size: number) => {
+          for (const batch of [first, second])
+            for (let at = 0; at < batch.length; at += size)
+              await h.sql.transaction((tx) =>
+                resourcesProjection.apply(batch.slice(at, at + size), tx, 'catch-up'),
+              );
+        };
+
+        await applyIn(1000);
+        const bulk = await tables();
+        await clear();
+        await applyIn(40);
+        const keyed = await tables();
+        await clear();
+
+        expect(bulk.resources).to.have.length(180);
+        expect(bulk.resources.filter((r) => r.deleted)).to.have.length(60);
+        expect(bulk.resources.find((r) => r.id === 810_001)).to.include({ deleted: true, version_id: 2 });
+        expect(bulk.resources.find((r) => r.id === 810_004)).to.include({ author: 'Practitioner/720003' });
+        expect(bulk.resources.find((r) => r.id === 810_001)).to.include({ project: 'project "0"' });
+        // The deleted ones keep their stored content and links; the identifiers of the live ones only.
+        expect(bulk.resources.find((r) => r.id === 810_002)?.practitioner_ids).to.deep.equal([720_002]);
+        expect(bulk.identifiers).to.have.length(70 + 50);
+        expect(bulk.identifiers.find((r) => r.id === 810_070)?.value).to.equal(
+          'b-810070 "quoted" \\ {braces},comma ü',
+        );
+        expect(bulk).to.deep.equal(keyed);
+      });
+
+      it('writes sessions with the bulk form (parallel arrays) as the keyed form (one JSON document) does', async () => {
+        await sessionsProjection.migrate(h.sql);
+        const ids = Array.from({ length: 120 }, (_, i) => 910_001 + i);
+        const created = ids.map((sessionId, i) =>
+          testRecordedEvent('SessionCreated', sessionStream(sessionId), 0n, {
+            sessionId,
+            tenantId: 1 + (i % 2),
+            clientId: `client "${i % 3}"`,
+            userId: 500 + i,
+            patientId: i % 4 === 0 ? null : 600 + i,
+            encounterId: i % 5 === 0 ? null : 700 + i,
+            scopes: ['launch', `patient/Patient.r?_id=${i}`],
+            deploymentMode: 'standalone',
+            postSubmitRedirect: i % 2 ? `https://ehr.example.org/done?x="${i}"` : null,
+            postCancelRedirect: null,
+            handoverTokenHash: `h${i}`,
+            handoverExpiresAt: '2025-03-04T09:05:00.000Z',
+            createdAt: '2025-03-04T09:00:00.000Z',
+            expiresAt: '2025-03-04T17:00:00.000Z',
+          }),
+        );
+        const later = [
+          ...ids.slice(0, 90).map((sessionId) =>
+            testRecordedEvent('SessionHandedOver', sessionStream(sessionId), 1n, {
+              sessionId,
+              cookieHash: `c${sessionId}`,
+              at: '2025-03-04T09:01:00.000Z',
+            }),
+          ),
+          ...ids.slice(0, 30).map((sessionId) =>
+            testRecordedEvent('SessionEnded', sessionStream(sessionId), 2n, {
+              sessionId,
+              reason: 'deleted',
+              at: '2025-03-04T09:02:00.000Z',
+            }),
+          ),
+        ];
+        const mine = (r: Row) => Number(r.id) > 910_000 && Number(r.id) < 911_000;
+        const applyIn = async (size: number) => {
+          for (const batch of [created, later])
+            for (let at = 0; at < batch.length; at += size)
+              await h.sql.transaction((tx) =>
+                sessionsProjection.apply(batch.slice(at, at + size), tx, 'catch-up'),
+              );
+          const rows = (await dump(h.sql, 'rm_sessions')).filter(mine);
+          await h.sql.exec('DELETE FROM rm_sessions WHERE id > 910000 AND id < 911000');
+          return rows;
+        };
+
+        const bulk = await applyIn(1000);
+        const keyed = await applyIn(40);
+
+        expect(bulk).to.have.length(120);
+        expect(bulk.map((r) => r.status).filter((s) => s === 'ended')).to.have.length(30);
+        expect(bulk.find((r) => r.id === 910_002)).to.include({
+          client_id: 'client "1"',
+          tenant_id: 2,
+          post_submit_redirect: 'https://ehr.example.org/done?x="1"',
+          cookie_hash: null,
+        });
+        expect(bulk).to.deep.equal(keyed);
       });
 
       it('drops the identifiers of the stored version when a batch folds the creation delivered again with an update', async () => {
