@@ -85,11 +85,11 @@ const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'cookie_hash', type: 'text' },
   { name: 'last_modified_at', type: 'timestamptz' },
 ];
-const applyDefinition = (fn: string, settings: string, rows: ApplyInput) => `
-CREATE OR REPLACE FUNCTION ${fn}(${rows.parameters}) RETURNS void LANGUAGE plpgsql
+const applyDefinition = (fn: string, settings: string, input: ApplyInput) => `
+CREATE OR REPLACE FUNCTION ${fn}(${input.parameters}) RETURNS void LANGUAGE plpgsql
   ${settings} AS $fn$
 BEGIN
-WITH given AS (${rows.rows}),
+WITH given AS (${input.rows}),
 input AS (SELECT g.*, (g.created->>'tenantId')::int AS tenant_id FROM given g),
 inserted AS (
   INSERT INTO rm_sessions (id, tenant_id, client_id, user_id, patient_id, encounter_id, scopes, deployment_mode,
