@@ -478,13 +478,23 @@ const main = async () => {
  * What this machine's cores allow each casebook at the CPU its requests cost in this run (machine
  * ms/req, everything running included): the most RPS with no idle time left, for the POST scaling
  * and the GET by id ratio. A measured figure below its ceiling was bound by latency (idle time),
- * one at its ceiling by CPU.
+ * one at its ceiling by CPU. First, how the raw servers' INSERT scaled in the same run.
  */
 const printCeilings = () => {
   const cores = availableParallelism();
   const find = (system: string, request: string, connections = CONNECTIONS) =>
     rows.find((r) => r.system === system && r.request === request && r.connections === connections);
   console.log(`\nCPU ceilings (${cores} cores, no idle time):`);
+  // What the raw server's own INSERT gains from 20 connections in this run: the same machine's
+  // bound on a write's scaling, beside casebook's.
+  for (const system of ['raw', 'raw-pglite']) {
+    const insert20 = find(system, 'INSERT jsonb');
+    const insert1 = find(system, 'INSERT jsonb', 1);
+    if (insert20 && insert1)
+      console.log(
+        `- ${system} INSERT jsonb: ×${fmt(insert20.measured.rps / insert1.measured.rps, 1)} from 1 to ${CONNECTIONS} connections (${fmt(insert20.measured.idle * 100)} % idle)`,
+      );
+  }
   for (const system of [...new Set(rows.map((r) => r.system))].filter((s) => s.startsWith('casebook'))) {
     const post20 = find(system, 'POST /Patient');
     const post1 = find(system, 'POST /Patient', 1);
