@@ -71,13 +71,14 @@ export const arrayLiteral = (values: readonly (string | number)[]): string =>
 const KEYED_BATCH_MAX = 100;
 
 /**
- * A column of the rows an apply function takes ({@link defineApplyFunctions}): its name (a key of
- * the row objects) and SQL type. A `json` value is any JSON (SQL NULL for null or absent); an
- * array type takes a JavaScript array of integers or strings, or null.
+ * A column of rows sent as parallel arrays ({@link arrayRows}) or to an apply function
+ * ({@link defineApplyFunctions}): its name (a key of the row objects) and SQL type. A `json` value
+ * is any JSON (SQL NULL for null or absent); an array type takes a JavaScript array of integers or
+ * strings, or null.
  */
 export interface ApplyColumn {
   readonly name: string;
-  readonly type: 'text' | 'integer' | 'boolean' | 'timestamptz' | 'json' | 'integer[]' | 'text[]';
+  readonly type: 'text' | 'integer' | 'boolean' | 'timestamptz' | 'uuid' | 'json' | 'integer[]' | 'text[]';
 }
 
 /**
@@ -90,8 +91,8 @@ export interface ApplyInput {
   readonly rows: string;
 }
 
-/** The type of a column's parameter in the bulk form ({@link arraysInput}). */
-const bulkType = (c: ApplyColumn): string =>
+/** The type of a column's parameter as parallel arrays ({@link arrayRows}). */
+const arrayType = (c: ApplyColumn): string =>
   c.type === 'json' ? 'json' : c.type.endsWith('[]') ? 'text[]' : `${c.type}[]`;
 
 /** The keyed form's input: the rows as one JSON document, read by `json_to_recordset`. */
@@ -101,15 +102,21 @@ const jsonInput = (columns: readonly ApplyColumn[]): ApplyInput => ({
 });
 
 /**
- * The bulk form's input: one parameter per column, parallel arrays zipped by `ROWS FROM` — the
+ * Rows as parallel arrays, one parameter per column, zipped back into rows by `ROWS FROM`: the
  * scalars as SQL arrays, the array columns as array literals ({@link arrayLiteral}) cast back per
- * row, the json columns as one JSON array each. PostgreSQL reads a rebuild's page of rows this
- * way in a third of the time `json_to_recordset` takes, which parsed each content twice
- * (bench/README.md, stops 28 and 32).
+ * row, the json columns as one JSON array each (as a `text[]` of documents, node-postgres escaped
+ * every quote of every content). PostgreSQL reads rows this way in a third to a fifth of the time
+ * `json_to_recordset` takes, which parsed each content twice (bench/README.md, stops 28 and 32).
+ * @param param the SQL that names column `i`'s parameter of SQL type `type` (`c0` in a function,
+ *   `$1::integer[]` in a statement).
+ * @returns `select`, a `SELECT` of the rows with the columns by name and their ordinal `n`, and
+ *   `types`, each parameter's SQL type.
  */
-const arraysInput = (columns: readonly ApplyColumn[]): ApplyInput => ({
-  parameters: columns.map((c, i) => `c${i} ${bulkType(c)}`).join(', '),
-  rows: `SELECT ${columns
+export const arrayRows = (
+  columns: readonly ApplyColumn[],
+  param: (i: number, type: string) => string,
+): { select: string; types: string[] } => ({
+  select: `SELECT ${columns
     .map((c) =>
       c.type === 'json'
         ? `CASE WHEN json_typeof(x.${c.name}) = 'null' THEN NULL ELSE x.${c.name} END AS ${c.name}`
@@ -117,10 +124,31 @@ const arraysInput = (columns: readonly ApplyColumn[]): ApplyInput => ({
           ? `x.${c.name}::${c.type} AS ${c.name}`
           : `x.${c.name}`,
     )
-    .join(', ')}
-    FROM ROWS FROM (${columns.map((c, i) => (c.type === 'json' ? `json_array_elements(c${i})` : `unnest(c${i})`)).join(', ')})
-      AS x(${columns.map((c) => c.name).join(', ')})`,
+    .join(', ')}, x.n
+    FROM ROWS FROM (${columns
+      .map((c, i) =>
+        c.type === 'json' ? `json_array_elements(${param(i, 'json')})` : `unnest(${param(i, arrayType(c))})`,
+      )
+      .join(', ')}) WITH ORDINALITY AS x(${columns.map((c) => c.name).join(', ')}, n)`,
+  types: columns.map(arrayType),
 });
+
+/** The parameters of {@link arrayRows} for `rows`, in column order. */
+export const arrayValues = (columns: readonly ApplyColumn[], rows: readonly object[]): unknown[] => {
+  const of = (c: ApplyColumn) => rows.map((r) => (r as Record<string, unknown>)[c.name] ?? null);
+  return columns.map((c) => {
+    if (c.type === 'json') return JSON.stringify(of(c));
+    if (c.type.endsWith('[]'))
+      return of(c).map((v) => (v === null ? null : arrayLiteral(v as readonly (string | number)[])));
+    return of(c);
+  });
+};
+
+/** The bulk form's input: the rows as parallel arrays ({@link arrayRows}), parameters `c0`, `c1`, … */
+const arraysInput = (columns: readonly ApplyColumn[]): ApplyInput => {
+  const { select, types } = arrayRows(columns, (i) => `c${i}`);
+  return { parameters: types.map((type, i) => `c${i} ${type}`).join(', '), rows: select };
+};
 
 /**
  * Creates a read model's apply function in two forms with one body (docs/architecture.md "Event
@@ -162,15 +190,8 @@ export const applyCall = (
   rows: readonly object[],
 ): { text: string; values: unknown[] } => {
   if (rows.length <= KEYED_BATCH_MAX) return { text: `SELECT ${name}($1::json)`, values: [rowsParam(rows)] };
-  const of = (c: ApplyColumn) => rows.map((r) => (r as Record<string, unknown>)[c.name] ?? null);
-  const values = columns.map((c) => {
-    if (c.type === 'json') return JSON.stringify(of(c));
-    if (c.type.endsWith('[]'))
-      return of(c).map((v) => (v === null ? null : arrayLiteral(v as readonly (string | number)[])));
-    return of(c);
-  });
   return {
-    text: `SELECT ${name}_bulk(${columns.map((c, i) => `$${i + 1}::${bulkType(c)}`).join(', ')})`,
-    values,
+    text: `SELECT ${name}_bulk(${columns.map((c, i) => `$${i + 1}::${arrayType(c)}`).join(', ')})`,
+    values: arrayValues(columns, rows),
   };
 };
