@@ -5,13 +5,14 @@
  * `now()`; a deterministic operation passes its own `now`).
  *
  * Expressions come from clients, so (issue 10) each evaluation runs within a time budget
- * (src/sdc/budget.ts) and the regex functions `matches`, `matchesFull` and `replaceMatches` run
+ * (src/sdc/budget.ts; in the browser, src/sdc/run-within-budget.browser.ts) and the regex functions `matches`, `matchesFull` and `replaceMatches` run
  * on RE2 in linear time (src/sdc/regex.ts) instead of JavaScript's backtracking RegExp.
  */
 import fhirpath from 'fhirpath';
 import r5model from 'fhirpath/fhir-context/r5';
-import { type EvaluationBudget, EvaluationBudgetExceeded, runWithinBudget } from './budget.js';
+import { type EvaluationBudget, EvaluationBudgetExceeded } from './budget.js';
 import { matchesAnywhere, matchesWhole, type RegexFlags, replaceAllMatches } from './regex.js';
+import { runWithinBudget } from './run-within-budget.js';
 
 /** Environment variables of an evaluation, without the `%` (`{ patient: {...} }` → `%patient`). */
 export type FhirPathEnv = Record<string, unknown>;
@@ -138,6 +139,7 @@ const run = (
           userInvocationTable,
         } as never),
       options.budget,
+      expression,
     );
     if (result instanceof Promise)
       throw new FhirPathError(expression, 'asynchronous FHIRPath functions are not supported');

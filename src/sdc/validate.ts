@@ -11,9 +11,10 @@
  * invariants (FHIRPath, within the evaluation budget of issue 10).
  */
 import { isCalendarDate } from '../fhir/dates.js';
-import { type EvaluationBudget, runWithinBudget } from './budget.js';
+import type { EvaluationBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
 import { matchesWhole } from './regex.js';
+import { runWithinBudget } from './run-within-budget.js';
 import type {
   CanonicalResolver,
   Json,
@@ -943,7 +944,7 @@ const regexProblem = (
 ): Problem | undefined => {
   let matched: boolean;
   try {
-    matched = runWithinBudget(() => matchesWhole(regex, value), budget);
+    matched = runWithinBudget(() => matchesWhole(regex, value), budget, regex);
   } catch (error) {
     return {
       code: 'processing',

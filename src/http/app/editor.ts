@@ -16,6 +16,7 @@ import { validateResponse } from '../../sdc/validate.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { tenantResolver } from '../sdc/resolve.js';
+import { editorScripts } from './assets-route.js';
 import {
   carriedInputs,
   loadTask,
@@ -43,7 +44,6 @@ import {
 import { checkOrigin } from './forms.js';
 import { escapeHtml, layout } from './layout.js';
 import { answersByLinkId, editorData, itemAnchor, renderItems, scriptJson } from './render.js';
-import { EDITOR_SCRIPT } from './script.js';
 
 interface Report {
   readonly task: ResourceRow;
@@ -199,7 +199,7 @@ const renderEditor = async (
       chrome: page.chrome,
       topBar: patientBanner(patient),
       body,
-      ...(page.readonly ? {} : { script: EDITOR_SCRIPT }),
+      ...(page.readonly ? {} : { scripts: await editorScripts(casebook) }),
     }),
   );
 };

@@ -1,7 +1,7 @@
 /**
- * enableWhen in the report editor (issue 5): one evaluator, shipped to the browser as source (so
- * items show and hide live) and run on the server over the submitted form (so answers of disabled
- * items are ignored). Plain ES2019 on purpose: the same text runs in both places.
+ * enableWhen in the report editor (issue 5): one evaluator, bundled for the browser
+ * (src/http/app/browser/editor.ts, so items show and hide live) and run on the server over the
+ * submitted form (so answers of disabled items are ignored).
  */
 
 /** One enableWhen condition, its answer normalised (coding → code, numbers, booleans, strings). */
@@ -22,49 +22,49 @@ export interface Rule {
 export type Values = Readonly<Record<string, readonly (string | number | boolean)[]>>;
 
 /**
- * Source of `cbEnabled(rules, values)`: returns the map linkId → enabled for every linkId of
- * `rules`. An item is enabled when its parent is and its conditions hold (`all` or `any`); the
- * answers of a disabled question count as absent. Conditions on unknown questions are false
- * (except `exists = false`). Comparisons: `=`/`!=` on equal values, `<`…`>=` on numbers and
- * ISO date strings.
+ * Returns the map linkId → enabled for every linkId of `rules`. An item is enabled when its parent
+ * is and its conditions hold (`all` or `any`); the answers of a disabled question count as absent.
+ * Conditions on unknown questions are false (except `exists = false`). Comparisons: `=`/`!=` on
+ * equal values, `<`…`>=` on numbers and ISO date strings.
  */
-export const ENABLE_WHEN_SOURCE = `function cbEnabled(rules, values) {
-  var state = {};
-  var visiting = {};
-  function enabled(id) {
-    if (Object.prototype.hasOwnProperty.call(state, id)) return state[id];
-    var rule = rules[id];
+export const evaluateEnableWhen = (
+  rules: Readonly<Record<string, Rule>>,
+  values: Values,
+): Record<string, boolean> => {
+  const state = new Map<string, boolean>();
+  const visiting = new Set<string>();
+  const ruleOf = (id: string): Rule | undefined => (Object.hasOwn(rules, id) ? rules[id] : undefined);
+  const enabled = (id: string): boolean => {
+    const known = state.get(id);
+    if (known !== undefined) return known;
+    const rule = ruleOf(id);
     if (!rule) return true;
-    if (visiting[id]) return true;
-    visiting[id] = true;
-    var ok = rule.parent === null || enabled(rule.parent);
+    if (visiting.has(id)) return true;
+    visiting.add(id);
+    let ok = rule.parent === null || enabled(rule.parent);
     if (ok && rule.conditions.length > 0) {
-      var results = rule.conditions.map(function (c) { return holds(c); });
-      ok = rule.behavior === 'any'
-        ? results.some(function (r) { return r; })
-        : results.every(function (r) { return r; });
+      const results = rule.conditions.map(holds);
+      ok = rule.behavior === 'any' ? results.some(Boolean) : results.every(Boolean);
     }
-    visiting[id] = false;
-    state[id] = ok;
+    visiting.delete(id);
+    state.set(id, ok);
     return ok;
-  }
-  function answersOf(id) {
-    if (rules[id] && !enabled(id)) return [];
-    return values[id] || [];
-  }
-  function compare(a, b) {
+  };
+  const answersOf = (id: string): readonly (string | number | boolean)[] =>
+    ruleOf(id) && !enabled(id) ? [] : Object.hasOwn(values, id) ? (values[id] ?? []) : [];
+  const compare = (a: unknown, b: unknown): number => {
     if (typeof a === 'number' && typeof b === 'number') return a - b;
     if (typeof a === 'string' && typeof b === 'string') return a < b ? -1 : a > b ? 1 : 0;
-    return NaN;
-  }
-  function holds(c) {
-    var answers = answersOf(c.question);
-    if (c.operator === 'exists') return (answers.length > 0) === (c.answer === true);
-    if (c.operator === '!=') return answers.length > 0 && answers.every(function (a) { return a !== c.answer; });
-    return answers.some(function (a) {
+    return Number.NaN;
+  };
+  function holds(c: Condition): boolean {
+    const answers = answersOf(c.question);
+    if (c.operator === 'exists') return answers.length > 0 === (c.answer === true);
+    if (c.operator === '!=') return answers.length > 0 && answers.every((a) => a !== c.answer);
+    return answers.some((a) => {
       if (c.operator === '=') return a === c.answer;
-      var d = compare(a, c.answer);
-      if (d !== d) return false;
+      const d = compare(a, c.answer);
+      if (Number.isNaN(d)) return false;
       if (c.operator === '>') return d > 0;
       if (c.operator === '<') return d < 0;
       if (c.operator === '>=') return d >= 0;
@@ -72,22 +72,10 @@ export const ENABLE_WHEN_SOURCE = `function cbEnabled(rules, values) {
       return false;
     });
   }
-  var out = {};
-  Object.keys(rules).forEach(function (id) { out[id] = enabled(id); });
+  const out: Record<string, boolean> = {};
+  for (const id of Object.keys(rules)) out[id] = enabled(id);
   return out;
-}`;
-
-// Our own constant source, shared with the browser: one evaluator for both sides.
-const evaluator = new Function(`${ENABLE_WHEN_SOURCE}\nreturn cbEnabled;`)() as (
-  rules: Readonly<Record<string, Rule>>,
-  values: Values,
-) => Record<string, boolean>;
-
-/** Evaluates the rules over normalised answers: linkId → enabled (see {@link ENABLE_WHEN_SOURCE}). */
-export const evaluateEnableWhen = (
-  rules: Readonly<Record<string, Rule>>,
-  values: Values,
-): Record<string, boolean> => evaluator(rules, values);
+};
 
 /** Normalises an enableWhen `answer[x]` (or answer `value[x]`) to what the evaluator compares. */
 export const normaliseValue = (

@@ -15,8 +15,18 @@ export interface LayoutOptions {
   readonly body: string;
   /** Already-escaped HTML for the top bar's right side (user, patient). */
   readonly topBar?: string;
-  readonly script?: string;
+  /** URLs of the page's scripts (the bundles of src/http/app/assets.ts): no inline script runs. */
+  readonly scripts?: readonly string[];
 }
+
+/**
+ * The Content-Security-Policy of every layout page (issue 32): scripts (and the editor's Web
+ * Worker) only from casebook's own origin, so no inline or injected script can run; the one
+ * stylesheet is inline. `form-action` is left open on purpose: the report form's answer is a 303
+ * to the EHR's post-submit/cancel address, and browsers apply `form-action` to that redirect.
+ */
+export const PAGE_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; base-uri 'none'";
 
 const STYLE = `
 :root { --ink:#1d2733; --muted:#5b6b7c; --line:#d5dde6; --bg:#f4f6f9; --card:#fff; --accent:#0b5fa5; --accent-dark:#084a82; --accent-ink:#fff; --error:#b3261e; --error-bg:#fdecea; --ok:#1e7b3c; --ok-bg:#e7f4ec; --focus:#f2a900; }
@@ -98,11 +108,11 @@ button.form-choice:hover { border-color:var(--accent); background:#f3f8fd; }
 
 /** A whole HTML document. */
 export const layout = (o: LayoutOptions): string => `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="${PAGE_CSP}"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(o.title)} · casebook</title><style>${STYLE}</style></head>
 <body class="${o.chrome}"><a class="skip" href="#main">Skip to content</a>${
   o.chrome === 'standalone'
     ? `<header class="topbar" role="banner"><span class="brand">casebook</span><span class="context">${o.topBar ?? ''}</span></header>`
     : ''
 }
-${o.body}${o.script ? `<script>${o.script}</script>` : ''}</body></html>`;
+${o.body}${(o.scripts ?? []).map((src) => `<script src="${escapeHtml(src)}" defer></script>`).join('')}</body></html>`;
