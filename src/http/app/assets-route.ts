@@ -9,17 +9,26 @@ import { assets } from './assets.js';
 /** The URL path of the assets under `{app_url}`. */
 export const ASSETS_PATH = '/assets';
 
+/** The report editor's bundles: its page script and the form engine's Web Worker. */
+export interface EditorAssets {
+  readonly scripts: string[];
+  readonly worker: string | undefined;
+}
+
 /**
- * The script URLs of the report editor. When the bundle cannot be built the page goes without
- * (it works without script) and the cause is logged.
+ * The URLs of the report editor's bundles. When they cannot be built the page goes without (it
+ * works without script) and the cause is logged.
  */
-export const editorScripts = async (casebook: Casebook): Promise<string[]> => {
+export const editorAssets = async (casebook: Casebook): Promise<EditorAssets | undefined> => {
   try {
-    const editor = (await assets()).entries.get('editor');
-    return editor ? [`${casebook.config.appUrl.replace(/\/+$/, '')}${ASSETS_PATH}/${editor.name}`] : [];
+    const { entries } = await assets();
+    const url = (name: string | undefined) =>
+      name === undefined ? undefined : `${casebook.config.appUrl.replace(/\/+$/, '')}${ASSETS_PATH}/${name}`;
+    const editor = url(entries.get('editor')?.name);
+    return { scripts: editor ? [editor] : [], worker: url(entries.get('engine-worker')?.name) };
   } catch (error) {
     casebook.logger.error({ err: error }, 'the browser bundle does not build; pages are served without it');
-    return [];
+    return undefined;
   }
 };
 

@@ -61,7 +61,8 @@ h2 { font-size:1.1rem; margin:1.2rem 0 .6rem; }
 .error-summary { border:2px solid var(--error); background:var(--error-bg); border-radius:8px; padding:.8rem 1.1rem; margin-bottom:1rem; }
 .error-summary h2 { margin:.1rem 0 .4rem; color:var(--error); font-size:1.05rem; }
 .error-summary ul { margin:0; padding-left:1.2rem; }
-.error-summary a { color:var(--error); font-weight:500; }
+.error-summary li { margin:.15rem 0; }
+.error-summary a { color:var(--error); font-weight:500; display:inline-block; min-height:24px; line-height:24px; }
 .item { margin: 0 0 1.05rem; }
 .item[hidden] { display:none; }
 .q-label { display:block; font-weight:600; margin-bottom:.3rem; padding:0; }
@@ -76,6 +77,12 @@ p.display { margin:.2rem 0; color:var(--muted); }
 input[type=text], input[type=number], input[type=date], input[type=datetime-local], input[type=time], input[type=url], textarea, select {
   font: inherit; color:inherit; width:100%; max-width:34rem; padding:.45rem .6rem; border:1px solid #9fb0c2; border-radius:6px; background:#fff; }
 input[type=number], input[type=date], input[type=time], input[type=datetime-local] { max-width:16rem; }
+input[inputmode=numeric], input[inputmode=decimal] { max-width:12rem; }
+.with-unit { display:flex; align-items:center; gap:.5rem; }
+.unit { font-weight:600; white-space:nowrap; }
+select.unit-select { width:auto; }
+.calculated .q-label { display:block; }
+output.calculated-value { display:inline-block; min-width:5rem; padding:.35rem .6rem; font-weight:600; background:#f6f8fa; border:1px solid #e3e8ee; border-radius:6px; }
 textarea { max-width:100%; resize:vertical; }
 input[aria-invalid=true], textarea[aria-invalid=true], select[aria-invalid=true], fieldset[aria-invalid=true] .options { border-color:var(--error); box-shadow: 0 0 0 1px var(--error); }
 .options { display:flex; flex-direction:column; gap:.25rem; border-radius:6px; }

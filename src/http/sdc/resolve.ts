@@ -6,7 +6,8 @@
 import type { Casebook } from '../../casebook.js';
 import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
 import { searchResources } from '../../projections/resources.js';
-import type { CanonicalResolver, Json } from '../../sdc/types.js';
+import { answerValueSetsOf } from '../../sdc/engine/valuesets.js';
+import type { CanonicalResolver, Json, Questionnaire } from '../../sdc/types.js';
 
 /** Splits `url|version`. */
 export const splitCanonical = (canonical: string): { url: string; version: string | undefined } => {
@@ -30,10 +31,36 @@ export const tenantResolver =
         limit: 100,
       })
     ).filter((row) => isAllowed(principal, 'r', targetOf(row)));
-    const newest = rows.sort((a, b) =>
-      String(b.resource.version ?? '').localeCompare(String(a.resource.version ?? ''), undefined, {
-        numeric: true,
-      }),
-    )[0];
-    return newest?.resource as Json | undefined;
+    return newestVersion(rows)?.resource as Json | undefined;
+  };
+
+/** The row with the highest `version` (numeric-aware), or undefined. */
+const newestVersion = <T extends { resource: Record<string, unknown> }>(rows: T[]): T | undefined =>
+  rows.sort((a, b) =>
+    String(b.resource.version ?? '').localeCompare(String(a.resource.version ?? ''), undefined, {
+      numeric: true,
+    }),
+  )[0];
+
+/**
+ * The ValueSets a form names, read with the form's rights (issue 32): a session that may open the
+ * Questionnaire may see its answer lists, whatever its own scopes say about ValueSets (a clinician
+ * session with `user/` scopes cannot read the tenant's ValueSets, yet the choice list must show).
+ * Only the canonicals the Questionnaire's items name as `answerValueSet` resolve, in the tenant the
+ * Questionnaire was read from; anything else resolves to nothing.
+ */
+export const formResolver =
+  (casebook: Casebook, tenantId: number, questionnaire: Questionnaire): CanonicalResolver =>
+  async (resourceType, canonical) => {
+    if (resourceType !== 'ValueSet' || !answerValueSetsOf(questionnaire).includes(canonical))
+      return undefined;
+    const { url, version } = splitCanonical(canonical);
+    const rows = await searchResources(casebook.sql, 'ValueSet', tenantId, {
+      elements: [
+        { element: 'url', values: [url] },
+        ...(version ? [{ element: 'version', values: [version] }] : []),
+      ],
+      limit: 100,
+    });
+    return newestVersion(rows)?.resource as Json | undefined;
   };
