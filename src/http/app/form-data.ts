@@ -296,6 +296,13 @@ export const answerOf = (
   }
 };
 
+/**
+ * The most instances of one repeating group a form may post (a report with more than 100 nodules
+ * is not a report): the editor's tree grows with every instance, so a crafted post cannot make
+ * the engine hold the event loop.
+ */
+export const MAX_REPEAT_INSTANCES = 100;
+
 /** Options of {@link buildItems}. */
 export interface BuildOptions {
   /** Choices per linkId (answerOption or expanded answerValueSet, see {@link withStoredChoices}). */
@@ -311,6 +318,15 @@ export interface BuiltItems {
   /** Field problems (values that are not valid for the item's type) per node key (engine/tree.ts). */
   readonly errors: Map<string, string[]>;
 }
+
+/** `compute`, called once per argument. */
+const remembered = <T>(compute: (key: string) => T): ((key: string) => T) => {
+  const known = new Map<string, T>();
+  return (key) => {
+    if (!known.has(key)) known.set(key, compute(key));
+    return known.get(key)!;
+  };
+};
 
 /** The answers of `linkId` in `existing`, occurrence by occurrence (instance k of a repeating group: the k-th). */
 const existingAnswers = (
@@ -344,6 +360,9 @@ export const buildItems = (
 ): BuiltItems => {
   const tz = valuesOf(body, 'cb:tz')[0] ?? 'Z';
   const errors = new Map<string, string[]>();
+  // Each field is read once: instance k of a repeating group takes the k-th of the same list.
+  const field = remembered((name: string) => valuesOf(body, name));
+  const storedAnswers = remembered((linkId: string) => existingAnswers(options.existing, linkId));
   const fail = (key: string, message: string) => errors.set(key, [...(errors.get(key) ?? []), message]);
   const choicesOf = (linkId: string) => options.choices.get(linkId);
 
@@ -359,7 +378,13 @@ export const buildItems = (
       const base = { linkId: item.linkId, ...(typeof item.text === 'string' ? { text: item.text } : {}) };
       if (item.type === 'group') {
         if (item.repeats === true && instance === undefined) {
-          const count = valuesOf(body, `n:${item.linkId}`).length;
+          const posted = field(`n:${item.linkId}`).length;
+          if (posted > MAX_REPEAT_INSTANCES)
+            fail(
+              `${prefix}${item.linkId}`,
+              `Give at most ${MAX_REPEAT_INSTANCES} of these (this form has ${posted}).`,
+            );
+          const count = Math.min(posted, MAX_REPEAT_INSTANCES);
           for (let k = 0; k < count; k++)
             out.push({ ...base, item: build(item.item, `${instanceKey(prefix, item.linkId, k)}/`, k) });
           continue;
@@ -372,14 +397,12 @@ export const buildItems = (
         ? build(item.item, `${instanceKey(prefix, item.linkId, 0)}/`, instance)
         : [];
       if (!hasField(item, choicesOf(item.linkId))) {
-        const stored = isCalculated(item)
-          ? []
-          : (existingAnswers(options.existing, item.linkId)[instance ?? 0] ?? []);
+        const stored = isCalculated(item) ? [] : (storedAnswers(item.linkId)[instance ?? 0] ?? []);
         out.push({ ...base, ...(stored.length > 0 ? { answer: stored } : {}) });
         continue;
       }
-      const all = valuesOf(body, `q:${item.linkId}`);
-      const units = valuesOf(body, `u:${item.linkId}`);
+      const all = field(`q:${item.linkId}`);
+      const units = field(`u:${item.linkId}`);
       const pick = <T>(values: T[]): T[] =>
         instance === undefined ? values : values[instance] !== undefined ? [values[instance]!] : [];
       const raws = pick(all);

@@ -4,8 +4,9 @@
  * $populate.
  *
  * Every calculated question of every enabled instance is evaluated once, dependencies first
- * (definition.ts `evaluationOrder`: an expression naming the linkId of another calculated item
- * runs after it), on `%resource` as stored so far (context.ts). A calculated question the response
+ * (definition.ts `evaluationOrder`, driven by index.ts: an expression naming the linkId of another
+ * item runs after that item's enablement and calculation, and an item whose enableWhen reads a
+ * calculated value is decided after it), on `%resource` as stored so far (context.ts). A calculated question the response
  * lacks is added (in every enabled instance of its parent). The result, converted to the item's
  * answer type (answers.ts), replaces the item's answers; an empty result clears them. A
  * calculatedExpression on a cycle is not evaluated (its answers are left as they are); one that
@@ -16,31 +17,24 @@
 import type { FhirPathError } from '../fhirpath.js';
 import { answersFromResults } from './answers.js';
 import { type EngineContext, evaluateItemExpression, invalidateView, report } from './context.js';
-import type { ItemDefinition } from './definition.js';
 import { isEnabled } from './enablement.js';
 import { insertNode, itemsOf, type ResponseNode, type Scope } from './tree.js';
 
-/** Evaluates every calculatedExpression (see the module comment). Call after enablement. */
-export const calculate = (ctx: EngineContext): void => {
-  const calculated = ctx.form.evaluationOrder.filter((def) => def.calculatedExpression !== undefined);
+/**
+ * Every scope that could hold a calculated item gets a node for it (before anything is decided:
+ * the new nodes take their place in the evaluation order).
+ */
+export const addCalculatedNodes = (ctx: EngineContext): void => {
+  const calculated = ctx.form.items.filter((def) => def.calculatedExpression !== undefined);
   if (calculated.length === 0) return;
-  addMissingNodes(ctx, calculated);
-  for (const def of calculated) {
-    if (ctx.form.cyclicCalculation.has(def)) continue;
-    for (const node of ctx.tree.nodes.filter((n) => n.def === def)) calculateNode(ctx, def, node);
-  }
-};
-
-/** Every scope that could hold a calculated item gets a node for it. */
-const addMissingNodes = (ctx: EngineContext, calculated: readonly ItemDefinition[]): void => {
   const scopes: Scope[] = [ctx.tree.root, ...ctx.tree.nodes.flatMap((n) => n.scopes)];
   for (const scope of scopes) {
     const expected = itemsOf(ctx.form, scope);
     for (const def of calculated)
-      if (expected.includes(def) && !scope.nodes.some((n) => n.def === def)) {
-        isEnabled(ctx, insertNode(ctx.form, ctx.tree, scope, def));
-      }
+      if (expected.includes(def) && !scope.nodes.some((n) => n.def === def))
+        insertNode(ctx.form, ctx.tree, scope, def);
   }
+  ctx.occurrences.clear();
 };
 
 const setAnswers = (ctx: EngineContext, node: ResponseNode, answers: ResponseNode['answers']): void => {
@@ -51,7 +45,13 @@ const setAnswers = (ctx: EngineContext, node: ResponseNode, answers: ResponseNod
   invalidateView(ctx);
 };
 
-const calculateNode = (ctx: EngineContext, def: ItemDefinition, node: ResponseNode): void => {
+/**
+ * Evaluates the calculatedExpression of one node (after its enablement was decided); a disabled
+ * node is cleared, a calculation on a cycle is not evaluated.
+ */
+export const calculateNode = (ctx: EngineContext, node: ResponseNode): void => {
+  const { def } = node;
+  if (def.calculatedExpression === undefined || ctx.form.cyclicCalculation.has(def)) return;
   if (!isEnabled(ctx, node)) {
     setAnswers(ctx, node, []);
     return;

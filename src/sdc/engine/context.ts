@@ -69,6 +69,8 @@ export interface EngineContext {
   view: Materialized | undefined;
   /** Variable values of the current view, per variable extension and node ('root' for the Questionnaire's). */
   readonly variables: Map<object, Map<ResponseNode | 'root', unknown[]>>;
+  /** The nodes of each item beneath a node ('root': the whole response), built on first use. */
+  readonly occurrences: Map<ResponseNode | 'root', Map<ItemDefinition, ResponseNode[]>>;
 }
 
 /** Starts a run over a placed response. */
@@ -87,7 +89,39 @@ export const createContext = (
   reportedOnce: new Set(),
   view: undefined,
   variables: new Map(),
+  occurrences: new Map(),
 });
+
+/**
+ * The nodes of `def` beneath `owner` (all of them for 'root'), in the tree's order; indexed once
+ * per owner, so a condition evaluated in each of many repeat instances stays linear.
+ */
+export const occurrencesOf = (
+  ctx: EngineContext,
+  owner: ResponseNode | 'root',
+  def: ItemDefinition,
+): readonly ResponseNode[] => {
+  let index = ctx.occurrences.get(owner);
+  if (!index) {
+    index = new Map();
+    const scopes = owner === 'root' ? [ctx.tree.root] : owner.scopes;
+    const pending = [...scopes].reverse();
+    // Depth first, in order, without recursion (forms may nest deeply).
+    while (pending.length > 0) {
+      const scope = pending.pop()!;
+      const nodes = [...scope.nodes];
+      const stack: ResponseNode[] = nodes.reverse();
+      while (stack.length > 0) {
+        const node = stack.pop()!;
+        if (!index.has(node.def)) index.set(node.def, []);
+        index.get(node.def)!.push(node);
+        for (let i = node.scopes.length - 1; i >= 0; i--) stack.push(...[...node.scopes[i]!.nodes].reverse());
+      }
+    }
+    ctx.occurrences.set(owner, index);
+  }
+  return index.get(def) ?? [];
+};
 
 /** Records a problem; with `once`, only the first problem of that key in the run. */
 export const report = (ctx: EngineContext, problem: EngineProblem, once?: string): void => {

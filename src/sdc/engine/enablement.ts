@@ -16,30 +16,29 @@
  * - A cycle (definition.ts) disables the items whose enablement is on it, reported once as a
  *   warning. An enableWhenExpression that fails or runs out of budget is reported once as a
  *   warning and the item counts as enabled.
- * Items are decided dependencies first (definition.ts `evaluationOrder`); each decision is final,
- * so the result does not depend on the response's order.
+ * Items are decided dependencies first (definition.ts `evaluationOrder`, driven by index.ts with
+ * the calculations in between); each decision is final, so the result does not depend on the
+ * response's order.
  */
 import type { FhirPathError } from '../fhirpath.js';
-import { type EngineContext, evaluateItemExpression, invalidateView, report } from './context.js';
+import {
+  type EngineContext,
+  evaluateItemExpression,
+  invalidateView,
+  occurrencesOf,
+  report,
+} from './context.js';
 import type { ItemDefinition } from './definition.js';
 import { arrayOf, isObject } from './extensions.js';
-import { keyAt, nodesBeneath, type ResponseNode, type Scope } from './tree.js';
+import { keyAt, type ResponseNode, type Scope } from './tree.js';
 import { answerValues, compareValues, valueKeys } from './values.js';
 
-/** Decides every node's enablement, in evaluation order; reports cycles once. */
-export const evaluateEnablement = (ctx: EngineContext): void => {
-  reportCycles(ctx);
-  const byDef = new Map<ItemDefinition, ResponseNode[]>();
-  for (const node of ctx.tree.nodes) {
-    if (!byDef.has(node.def)) byDef.set(node.def, []);
-    byDef.get(node.def)!.push(node);
-  }
-  for (const def of ctx.form.evaluationOrder)
-    for (const node of byDef.get(def) ?? []) {
-      const enabled = enabledIn(ctx, def, node.scope, node);
-      ctx.enabled.set(node, enabled);
-      if (!enabled && hasAnswers(node)) invalidateView(ctx);
-    }
+/** Decides whether `node` is enabled (its dependencies are decided: evaluation order). */
+export const decideEnablement = (ctx: EngineContext, node: ResponseNode): boolean => {
+  const enabled = enabledIn(ctx, node.def, node.scope, node);
+  ctx.enabled.set(node, enabled);
+  if (!enabled && hasAnswers(node)) invalidateView(ctx);
+  return enabled;
 };
 
 /** Is `node` enabled? (Decided by {@link evaluateEnablement}; a node added later is decided now.) */
@@ -59,7 +58,8 @@ export const enabledAt = (ctx: EngineContext, def: ItemDefinition, scope: Scope)
 export const hasAnswers = (node: ResponseNode): boolean =>
   answerValues(node.answers).length > 0 || node.scopes.some((s) => s.nodes.some(hasAnswers));
 
-const reportCycles = (ctx: EngineContext): void => {
+/** Reports each cycle of the form once (definition.ts decides what they mean). */
+export const reportCycles = (ctx: EngineContext): void => {
   for (const cycle of ctx.form.cycles) {
     const names = cycle.items.map((i) => i.label).join(', ');
     const effects = [
@@ -107,10 +107,8 @@ const answersFor = (ctx: EngineContext, question: ItemDefinition, def: ItemDefin
   // Up to the instance of the common ancestor that holds `scope` (the root when there is none).
   let at: Scope = scope;
   while (at.owner && at.owner.def !== common) at = at.owner.scope;
-  const within = at.owner ? at.owner.scopes : [at];
-  return within
-    .flatMap(nodesBeneath)
-    .filter((n) => n.def === question && isEnabled(ctx, n))
+  return occurrencesOf(ctx, at.owner ?? 'root', question)
+    .filter((n) => isEnabled(ctx, n))
     .flatMap((n) => answerValues(n.answers));
 };
 

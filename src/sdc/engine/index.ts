@@ -7,15 +7,16 @@
  * (src/sdc/budget.ts).
  *
  * A run: place the response on the form (tree.ts; the editor first completes it with every field),
- * decide enablement (enablement.ts), evaluate calculations (calculate.ts), check the answers
- * (checks.ts); the response as stored is the enabled, answered part (tree.ts `materialize`).
+ * decide each item in dependency order — its enablement (enablement.ts), then its calculated value
+ * (calculate.ts) — and check the answers (checks.ts); the response as stored is the enabled,
+ * answered part (tree.ts `materialize`).
  */
 import type { QuestionnaireResponse } from '../types.js';
-import { calculate } from './calculate.js';
+import { addCalculatedNodes, calculateNode } from './calculate.js';
 import { checkResponse } from './checks.js';
 import { createContext, type EngineContext, type EngineOptions, type EngineProblem } from './context.js';
-import type { FormDefinition } from './definition.js';
-import { enabledAt, evaluateEnablement, isEnabled } from './enablement.js';
+import type { FormDefinition, ItemDefinition } from './definition.js';
+import { decideEnablement, enabledAt, isEnabled, reportCycles } from './enablement.js';
 import {
   completeTree,
   itemsOf,
@@ -67,8 +68,8 @@ export const runForm = (
   const tree = placeResponse(form, response, (p) => structure.push(p));
   if (options.complete) completeTree(form, tree);
   const context = createContext(form, tree, response, options);
-  evaluateEnablement(context);
-  if (options.calculate) calculate(context);
+  if (options.calculate) addCalculatedNodes(context);
+  evaluate(context, options.calculate === true);
   if (options.valueSets) checkResponse(context, options.valueSets);
   return {
     context,
@@ -77,6 +78,24 @@ export const runForm = (
     stored: () => materialize(tree, response, (node) => isEnabled(context, node)).response,
     enablementByKey: () => enablementByKey(context),
   };
+};
+
+/**
+ * Decides every node, item by item in evaluation order: its enablement, then (with `calculate`)
+ * its calculated value — so a condition on a calculated item reads its new value.
+ */
+const evaluate = (ctx: EngineContext, calculate: boolean): void => {
+  reportCycles(ctx);
+  const byDef = new Map<ItemDefinition, ResponseNode[]>();
+  for (const node of ctx.tree.nodes) {
+    if (!byDef.has(node.def)) byDef.set(node.def, []);
+    byDef.get(node.def)!.push(node);
+  }
+  for (const def of ctx.form.evaluationOrder)
+    for (const node of byDef.get(def) ?? []) {
+      decideEnablement(ctx, node);
+      if (calculate) calculateNode(ctx, node);
+    }
 };
 
 const enablementByKey = (ctx: EngineContext): Map<string, boolean> => {

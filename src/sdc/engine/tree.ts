@@ -42,6 +42,8 @@ export interface Scope {
   readonly prefix: string;
   /** FHIRPath of the element holding the scope's items (`QuestionnaireResponse`, `…item[2].answer[0]`). */
   readonly path: string;
+  /** How many nodes of each item the scope holds (a repeating group's next instance index). */
+  readonly counts: Map<ItemDefinition, number>;
 }
 
 /** A placed response. */
@@ -110,6 +112,7 @@ export const placeResponse = (
     nodes: [],
     prefix: '',
     path: 'QuestionnaireResponse',
+    counts: new Map(),
   };
   placeItems(context, response.item, root);
   return { response, root, nodes: context.nodes };
@@ -179,7 +182,8 @@ const addNode = (
   item: QuestionnaireResponseItem,
   path: string,
 ): ResponseNode => {
-  const index = scope.nodes.filter((n) => n.def === def).length;
+  const index = scope.counts.get(def) ?? 0;
+  scope.counts.set(def, index + 1);
   const key = def.repeatingGroup ? instanceKey(scope.prefix, def.linkId, index) : keyAt(scope, def);
   const node: ResponseNode = {
     def,
@@ -212,7 +216,7 @@ const placeChildren = (context: PlaceContext, node: ResponseNode): void => {
       return;
     }
     const prefix = def.repeatingGroup ? `${node.key}/` : node.scope.prefix;
-    const scope: Scope = { parent: node.scope, owner: node, nodes: [], prefix, path };
+    const scope: Scope = { parent: node.scope, owner: node, nodes: [], prefix, path, counts: new Map() };
     node.scopes.push(scope);
     placeItems(context, item.item, scope);
     return;
@@ -232,6 +236,7 @@ const placeChildren = (context: PlaceContext, node: ResponseNode): void => {
       nodes: [],
       prefix: `${instanceKey(node.scope.prefix, def.linkId, k)}/`,
       path: `${path}.answer[${k}]`,
+      counts: new Map(),
     };
     node.scopes.push(scope);
     if (isObject(answer)) placeItems(context, answer.item, scope);
@@ -294,6 +299,7 @@ export const completeTree = (form: FormDefinition, tree: ResponseTree): void => 
           nodes: [],
           prefix: `${instanceKey(node.scope.prefix, node.def.linkId, 0)}/`,
           path: `${node.path}.answer[0]`,
+          counts: new Map(),
         });
       for (const inner of node.scopes) complete(inner);
     }

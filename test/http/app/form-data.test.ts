@@ -8,6 +8,7 @@ import {
   answerOf,
   buildItems,
   codingChoices,
+  MAX_REPEAT_INSTANCES,
   optionChoices,
   valuesOf,
   withStoredChoices,
@@ -296,6 +297,22 @@ describe('report editor form mapping', () => {
       expect([
         ...buildItems(items, { 'q:depth': '2', 'u:depth': 'km' }, { choices: new Map() }).errors,
       ]).to.deep.equal([['depth', ['Choose a unit.']]]);
+    });
+
+    it(`builds at most ${MAX_REPEAT_INSTANCES} instances of a repeating group, and says so at the group`, () => {
+      const started = performance.now();
+      const { items, errors } = buildItems(
+        ITEMS,
+        { 'n:nodule': Array(30_000).fill('1'), 'q:mm': Array(30_000).fill('4') },
+        {
+          choices,
+        },
+      );
+      expect(performance.now() - started).to.be.below(500);
+      expect(items.filter((i) => i.linkId === 'nodule')).to.have.length(MAX_REPEAT_INSTANCES);
+      expect([...errors]).to.deep.equal([
+        ['nodule', [`Give at most ${MAX_REPEAT_INSTANCES} of these (this form has 30000).`]],
+      ]);
     });
 
     it('reports values that are not valid for the item type, per node key', () => {
