@@ -19,6 +19,7 @@ import {
   CHROMIUM,
   chromiumMissing,
   clickAndNavigate,
+  create,
   engineIdle,
   launchBrowser,
   launchUrl,
@@ -31,6 +32,7 @@ import {
   signIn,
   startReportIn,
   storeCtChest,
+  unique,
 } from './support.js';
 
 /** The answer values of a stored response by linkId (all instances, in order). */
@@ -274,6 +276,58 @@ for (const database of testDatabases) {
       });
       const disabled = ((validated.body as any).issue as any[]).filter((i) => i.code === 'business-rule');
       expect(disabled, JSON.stringify(validated.body)).to.deep.equal([]);
+    });
+
+    it('keeps a runaway enableWhenExpression within its budget in the browser: the page stays responsive, the item counts as enabled', async () => {
+      const list = `(${Array.from({ length: 30 }, (_, i) => i).join('|')})`;
+      const slow = `${list}.select(${list}.select(${list}.select(${list}.select(${list})))).count() > 0`;
+      const url = `https://forms.example.org/Questionnaire/${unique('runaway')}`;
+      const runaway = await create(app, {
+        resourceType: 'Questionnaire',
+        url,
+        status: 'active',
+        item: [
+          { linkId: 'a', text: 'A', type: 'boolean' },
+          {
+            linkId: 'b',
+            text: 'B',
+            type: 'string',
+            enableWhen: [{ question: 'a', operator: '=', answerBoolean: true }],
+          },
+          {
+            linkId: 'slow',
+            text: 'Slow',
+            type: 'string',
+            extension: [
+              {
+                url: 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-enableWhenExpression',
+                valueExpression: { language: 'text/fhirpath', expression: slow },
+              },
+            ],
+          },
+        ],
+      });
+      const patient = await newPatient(app);
+      const task = await newTask(app, patient);
+      const session = await newSession(app, sessionBody({ patient: Number(patient) }));
+      const signed = await signIn(browser, app, session, launchUrl(app, { task: `Task/${task.id}` }));
+      contexts.push(signed.context);
+      const { page } = signed;
+      await open(page, launchUrl(app, { task: `Task/${task.id}` }));
+      const picked = await clickAndNavigate(page, `button[name=questionnaire][value="${runaway}"]`);
+      expect(picked.all.at(-1)!.status()).to.equal(200);
+      // While the worker is stuck on the expression, the page answers at once.
+      const started = Date.now();
+      await page.evaluate(() => 1 + 1);
+      expect(Date.now() - started).to.be.below(500);
+      const waited = Date.now();
+      await engineIdle(page);
+      // The watchdog replaced the worker after twice the budget (400 ms) and the expression was refused.
+      expect(Date.now() - waited).to.be.below(5000);
+      expect(await field(page, 'slow').isVisible()).to.equal(true);
+      // The engine still works for everything else.
+      await answer(page, 'a', true);
+      await field(page, 'b').waitFor({ state: 'visible', timeout: 3000 });
     });
 
     for (const [name, viewport] of [

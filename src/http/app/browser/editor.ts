@@ -11,7 +11,9 @@
  * - dateTime answers carry the browser's UTC offset, and the error summary takes the focus.
  *
  * Fields are matched to the engine's nodes by key (src/sdc/engine/tree.ts), computed here from
- * the page's structure exactly as the server renders it (src/http/app/render.ts).
+ * the page's structure exactly as the server renders it (src/http/app/render.ts). Hidden fields
+ * stay enabled and are posted (a repeat instance's fields are matched by position); the server's
+ * engine leaves the answers of disabled items out, as the worker decided here.
  *
  * Other browser modules of the editor are imported here and started from {@link start}.
  */
