@@ -191,9 +191,15 @@ for (const database of testDatabases) {
       const select = page.locator('select[name="q:lung-rads"]');
       expect(await select.locator('option').allInnerTexts()).to.include('4A — Suspicious');
       await select.selectOption('4A');
+      // A contained ValueSet (#lobes) and answerOptions list theirs too.
+      await field(page, 'nodule[0]/nodule-lobe').locator('select').selectOption({ label: 'Right upper lobe' });
+      await field(page, 'nodule[0]/nodule-size').locator('input').fill('6');
       await clickAndNavigate(page, 'button[name=action][value=save]');
       const coding = { system: LUNG_RADS_SYSTEM, code: '4A', display: '4A — Suspicious' };
       expect(answersOf(await storedResponse(taskId))['lung-rads']).to.deep.equal([coding]);
+      expect(answersOf(await storedResponse(taskId))['nodule-lobe']).to.deep.equal([
+        { system: 'http://snomed.info/sct', code: '45653009', display: 'Right upper lobe' },
+      ]);
       // Shown back by its display, and a second save keeps it.
       expect(await page.locator('select[name="q:lung-rads"] option:checked').innerText()).to.equal(
         '4A — Suspicious',
