@@ -192,7 +192,9 @@ for (const database of testDatabases) {
       expect(await select.locator('option').allInnerTexts()).to.include('4A — Suspicious');
       await select.selectOption('4A');
       // A contained ValueSet (#lobes) and answerOptions list theirs too.
-      await field(page, 'nodule[0]/nodule-lobe').locator('select').selectOption({ label: 'Right upper lobe' });
+      await field(page, 'nodule[0]/nodule-lobe')
+        .locator('select')
+        .selectOption({ label: 'Right upper lobe' });
       await field(page, 'nodule[0]/nodule-size').locator('input').fill('6');
       await clickAndNavigate(page, 'button[name=action][value=save]');
       const coding = { system: LUNG_RADS_SYSTEM, code: '4A', display: '4A — Suspicious' };
