@@ -13,7 +13,7 @@ import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { logHead, verifyLog } from '../../src/eventstore/verify.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 
-const metadata = (n: number) => ({
+const metadata = (n: number): NewEvent['metadata'] => ({
   tenantId: 1,
   actor: { type: 'client', id: 'ehr-backend' },
   correlationId: uuid(),
