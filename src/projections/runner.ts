@@ -21,7 +21,7 @@
 
 import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
-import { quoteIdentifier, type Sql } from '../db/sql.js';
+import type { Sql } from '../db/sql.js';
 import {
   type AppendHook,
   AppendHookFailure,
