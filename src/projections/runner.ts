@@ -640,9 +640,12 @@ export class ProjectionRunner {
         const last = page.at(-1)!.position;
         if (prefetch) next = readPage(last);
         await this.applyCatchUp(page, checkpoints, this.sql);
-        if (!prefetch) next = readPage(least());
         read += page.length;
         onProgress?.(read, last);
+        // PGlite answers in microtasks: without a turn of the event loop between pages, a build in
+        // a serving process (a projection added later) held every request until its end.
+        if (!prefetch) await new Promise<void>((resolve) => setImmediate(resolve));
+        if (!prefetch) next = readPage(least());
       }
       return read;
     };

@@ -22,6 +22,7 @@ import { sessionsProjection } from '../../src/projections/sessions.js';
 import { createResourcePastApi } from '../support/commands.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';
+import { oidOf } from '../support/read-models.js';
 import { recordingSql } from '../support/sql.js';
 
 const logger = pino({ level: 'silent' });
@@ -506,10 +507,6 @@ for (const db of testDatabases) {
         expect(await createPatient(ctx)).to.be.a('number');
       });
 
-    /** The table's identity: a rebuild that swapped it in gives it a new one. */
-    const oid = async (sql: Sql, table: string) =>
-      (await sql.query<{ oid: string }>(`SELECT $1::regclass::oid::text AS oid`, [table]))[0]!.oid;
-
     it('rebuilds in pages: a projection whose build stops on an event keeps its live read model, the others are swapped in', async () => {
       // Pages of 5: most pages are applied outside the append lock (the next one read meanwhile on
       // Postgres), the last ones under it.
@@ -531,18 +528,21 @@ for (const db of testDatabases) {
       await store.append('Patient-999999', [poison], 'no_stream');
       const sessions: number[] = [];
       for (let i = 0; i < 12; i++) sessions.push(await createSession(ctx));
-      const tables = { resources: await oid(sql, 'rm_resources'), sessions: await oid(sql, 'rm_sessions') };
+      const tables = {
+        resources: await oidOf(sql, 'rm_resources'),
+        sessions: await oidOf(sql, 'rm_sessions'),
+      };
 
       broken = true;
       const { stopped } = await runner.rebuild();
       expect([...stopped.keys()]).to.deep.equal(['resources']);
       expect(stopped.get('resources')).to.deep.include({ stream: 'Patient-999999', eventId: poisonId });
       // The live resources read model was kept (the poison event applied before the code broke).
-      expect(await oid(sql, 'rm_resources')).to.equal(tables.resources);
+      expect(await oidOf(sql, 'rm_resources')).to.equal(tables.resources);
       expect(await patientIds(sql)).to.deep.equal([...before, 999_999]);
       for (const name of ['tenants', 'api_clients', 'sessions', 'resources', 'export-outbox', 'audit-events'])
         expect((await state(sql, name)).status, name).to.equal('live');
-      expect(await oid(sql, 'rm_sessions')).to.not.equal(tables.sessions);
+      expect(await oidOf(sql, 'rm_sessions')).to.not.equal(tables.sessions);
       const rows = await sql.query<{ id: number }>(`SELECT id FROM rm_sessions ORDER BY id`);
       expect(rows.map((r) => Number(r.id))).to.deep.equal(sessions);
     });
