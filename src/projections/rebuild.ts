@@ -46,11 +46,11 @@ export interface RebuildResult {
 /** Session advisory lock of a rebuild (one per schema). */
 const REBUILD_LOCK_KEY = `hashtext('casebook-rebuild:' || current_schema())`;
 /** How long one attempt waits for the live tables' locks before it lets readers go, milliseconds. */
-const SWAP_LOCK_TIMEOUT_MS = 200;
+const SWAP_LOCK_TIMEOUT_MS = 100;
 /** Attempts at the live tables' locks in one swap transaction (appends wait meanwhile). */
-const SWAP_LOCK_ATTEMPTS = 10;
+const SWAP_LOCK_ATTEMPTS = 5;
 /** Swap transactions tried (each after catching up again) before the rebuild gives up. */
-const SWAP_ROUNDS = 5;
+const SWAP_ROUNDS = 10;
 /** SQLSTATE of a lock not granted within `lock_timeout`. */
 const LOCK_NOT_AVAILABLE = '55P03';
 

@@ -9,11 +9,13 @@
  */
 import { expect } from 'chai';
 import { pino } from 'pino';
+import { PostgresSql } from '../../src/db/sql.js';
 import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { allProjections } from '../../src/projections/index.js';
+import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
 import { ProjectionRunner } from '../../src/projections/runner.js';
 import { GENERAL, seed, startTestApp, type TestApp, unique } from '../support/app.js';
-import { testDatabases } from '../support/databases.js';
+import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
 import { ROLE_NEW, sessionCookie } from '../support/fhir.js';
 import { expectOnlyCorrectOr503, startReadLoad } from '../support/read-load.js';
 import { dumpTable, oidOf } from '../support/read-models.js';
@@ -151,3 +153,120 @@ for (const database of testDatabases) {
     });
   });
 }
+
+describe('the swap of a rebuild beside a transaction that holds a live table (PostgreSQL)', function () {
+  this.timeout(300_000);
+  const postgres = testDatabases.find((d) => d.name === 'postgres')!;
+  let app: TestApp | undefined;
+  let other: PostgresSql | undefined;
+  afterEach(async () => {
+    await other?.close();
+    await app?.close();
+    other = undefined;
+    app = undefined;
+  });
+
+  /** A casebook with some rows, and a second pool on its schema. */
+  const open = async () => {
+    app = await startTestApp(postgres);
+    await seed(app);
+    await createPatients(app, 400, `urn:swap:${unique('mrn')}`);
+    const [{ schema }] = (await app.casebook.sql.query<{ schema: string }>(
+      `SELECT current_schema() AS schema`,
+    )) as [{ schema: string }];
+    other = new PostgresSql(POSTGRES_TEST_URL, { searchPath: schema, max: 1 });
+    return { app, other, schema };
+  };
+
+  /** A transaction on `sql` that reads `table` and keeps its lock until `release` is called. */
+  const holdTable = async (sql: PostgresSql, table: string) => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding!: () => void;
+    const held = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const done = sql.transaction(async (tx) => {
+      await tx.query(`SELECT count(*) FROM ${table}`);
+      holding();
+      await released;
+    });
+    await held;
+    return async () => {
+      release();
+      await done;
+    };
+  };
+
+  it('waits for it, letting readers and writers through meanwhile, and swaps once it ends', async () => {
+    const { app, other } = await open();
+    const oid = await oidOf(app.casebook.sql, 'rm_sessions');
+    const release = await holdTable(other, 'rm_sessions');
+    const rebuilt = app.casebook.runner.rebuild();
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    // Meanwhile a write and a read of what it wrote are answered (between the swap's attempts).
+    const fhirUrl = app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1');
+    const created = await fetch(`${fhirUrl}/Patient`, {
+      method: 'POST',
+      headers: { Authorization: GENERAL, 'Content-Type': 'application/fhir+json' },
+      body: JSON.stringify({
+        resourceType: 'Patient',
+        identifier: [{ system: 'urn:swap:x', value: unique('w') }],
+      }),
+    });
+    expect(created.status).to.equal(201);
+    const id = ((await created.json()) as { id: string }).id;
+    expect(
+      (await fetch(`${fhirUrl}/Patient/${id}`, { headers: { Authorization: GENERAL } })).status,
+    ).to.equal(200);
+    await release();
+    const result = await rebuilt;
+    expect(result.stopped.size).to.equal(0);
+    expect(await oidOf(app.casebook.sql, 'rm_sessions')).to.not.equal(oid);
+    expect(
+      (await fetch(`${fhirUrl}/Patient/${id}`, { headers: { Authorization: GENERAL } })).status,
+    ).to.equal(200);
+  });
+
+  it('gives up, swapping nothing, when the table stays held through every attempt', async () => {
+    const { app, other, schema } = await open();
+    const oids = new Map<string, string>();
+    const before = new Map<string, string[]>();
+    for (const table of TABLES) {
+      oids.set(table, await oidOf(app.casebook.sql, table));
+      if (table !== 'rm_audit_events') before.set(table, await dumpTable(app.casebook.sql, table));
+    }
+    const release = await holdTable(other, 'rm_resources');
+    let error: unknown;
+    try {
+      await app.casebook.runner.rebuild();
+    } catch (e) {
+      error = e;
+    } finally {
+      await release();
+    }
+    expect((error as Error | undefined)?.message).to.match(
+      /stayed locked by other transactions: nothing was swapped in/,
+    );
+    for (const table of TABLES) expect(await oidOf(app.casebook.sql, table), table).to.equal(oids.get(table));
+    for (const [table, rows] of before)
+      expect(await dumpTable(app.casebook.sql, table), table).to.deep.equal(rows);
+    expect(
+      await app.casebook.sql.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [
+        rebuildSchemaOf(schema),
+      ]),
+    ).to.deep.equal([]);
+    const fhirUrl = app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1');
+    const created = await fetch(`${fhirUrl}/Patient`, {
+      method: 'POST',
+      headers: { Authorization: GENERAL, 'Content-Type': 'application/fhir+json' },
+      body: JSON.stringify({
+        resourceType: 'Patient',
+        identifier: [{ system: 'urn:swap:x', value: unique('w') }],
+      }),
+    });
+    expect(created.status).to.equal(201);
+  });
+});
