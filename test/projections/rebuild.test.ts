@@ -178,6 +178,20 @@ describe('the swap of a rebuild beside a transaction that holds a live table (Po
     return { app, other, schema };
   };
 
+  /** POSTs a new Patient: its id (201 asserted). */
+  const createPatient = async (app: TestApp): Promise<string> => {
+    const created = await fetch(`${app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1')}/Patient`, {
+      method: 'POST',
+      headers: { Authorization: GENERAL, 'Content-Type': 'application/fhir+json' },
+      body: JSON.stringify({
+        resourceType: 'Patient',
+        identifier: [{ system: 'urn:swap:x', value: unique('w') }],
+      }),
+    });
+    expect(created.status).to.equal(201);
+    return ((await created.json()) as { id: string }).id;
+  };
+
   /** A transaction on `sql` that reads `table` and keeps its lock until `release` is called. */
   const holdTable = async (sql: PostgresSql, table: string) => {
     let release!: () => void;
@@ -208,16 +222,7 @@ describe('the swap of a rebuild beside a transaction that holds a live table (Po
     await new Promise((resolve) => setTimeout(resolve, 1500));
     // Meanwhile a write and a read of what it wrote are answered (between the swap's attempts).
     const fhirUrl = app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1');
-    const created = await fetch(`${fhirUrl}/Patient`, {
-      method: 'POST',
-      headers: { Authorization: GENERAL, 'Content-Type': 'application/fhir+json' },
-      body: JSON.stringify({
-        resourceType: 'Patient',
-        identifier: [{ system: 'urn:swap:x', value: unique('w') }],
-      }),
-    });
-    expect(created.status).to.equal(201);
-    const id = ((await created.json()) as { id: string }).id;
+    const id = await createPatient(app);
     expect(
       (await fetch(`${fhirUrl}/Patient/${id}`, { headers: { Authorization: GENERAL } })).status,
     ).to.equal(200);
@@ -258,15 +263,6 @@ describe('the swap of a rebuild beside a transaction that holds a live table (Po
         rebuildSchemaOf(schema),
       ]),
     ).to.deep.equal([]);
-    const fhirUrl = app.casebook.config.fhirUrl.replace('localhost', '127.0.0.1');
-    const created = await fetch(`${fhirUrl}/Patient`, {
-      method: 'POST',
-      headers: { Authorization: GENERAL, 'Content-Type': 'application/fhir+json' },
-      body: JSON.stringify({
-        resourceType: 'Patient',
-        identifier: [{ system: 'urn:swap:x', value: unique('w') }],
-      }),
-    });
-    expect(created.status).to.equal(201);
+    expect(await createPatient(app)).to.be.a('string');
   });
 });
