@@ -69,7 +69,8 @@ export const rebuildSchemaOf = (live: string): string =>
  * Drops the secondary indexes of `tables` (neither primary keys nor unique ones, which upserts
  * need) in the current schema and returns their definitions: a rebuild fills the tables first and
  * builds each index once at the end, several times faster than keeping it up to date row by row
- * (GIN above all).
+ * (GIN above all). Should a rebuild in place (KurrentDB) stop half-way, the next start's migrations
+ * create them again; a rebuild beside the live read models drops its schema, indexes and all.
  */
 export const dropSecondaryIndexes = async (sql: Sql, tables: readonly string[]): Promise<string[]> => {
   const rows = await sql.query<{ name: string; definition: string }>(
