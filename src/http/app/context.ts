@@ -96,17 +96,21 @@ export const carriedInputs = (carry: URLSearchParams): string =>
 export const referenceId = (reference: unknown, type: string): number | undefined =>
   fhirReferenceId(reference, type, { absolute: true });
 
-/** A Task the session opened, with the live Patient and Encounter it shows (each read once). */
+/** A Task the session opened, with the live resources it shows (each read once). */
 export interface OpenedTask {
   readonly task: ResourceRow;
   readonly patient: ResourceRow | undefined;
   readonly encounter: ResourceRow | undefined;
+  /** Its QuestionnaireResponse (`focus`, else an output), the report the editor opens. */
+  readonly response: ResourceRow | undefined;
 }
 
 /**
- * Opens a Task the session has read (docs/interface.md §3.2): its Patient and Encounter must be
- * readable by the session too (src/queries/visibility.ts), and are read here once for the page.
- * @throws {DomainError} 403 when the session may not read the Task, its Patient or its Encounter.
+ * Opens a Task for the session (docs/interface.md §3.2): the Task and everything a page of it
+ * shows — its Patient, its Encounter and its report — must each be readable by the session
+ * (src/queries/visibility.ts; issue 33: a Task of this session's patient pointing at another
+ * patient's report opens nothing). They are read here, once, for the page.
+ * @throws {DomainError} 403 when the session may not read the Task or one of them.
  */
 export const openTask = async (page: PageContext, task: ResourceRow): Promise<OpenedTask> => {
   if (!visibleTo(page.principal, targetOf(task)))
@@ -115,18 +119,16 @@ export const openTask = async (page: PageContext, task: ResourceRow): Promise<Op
       'ScopeNotGranted',
       `this session's scopes do not allow reading Task/${task.id}`,
     );
-  const { patientId, encounterId } = taskLinks(task.resource);
-  const [patient, encounter] = await Promise.all([
-    patientId === undefined ? undefined : readVisible(page.command.sql, page.principal, 'Patient', patientId),
-    encounterId === undefined
-      ? undefined
-      : readVisible(page.command.sql, page.principal, 'Encounter', encounterId),
+  const { patientId, encounterId, responseId } = taskLinks(task.resource);
+  const read = (type: 'Patient' | 'Encounter' | 'QuestionnaireResponse', id: number | undefined) =>
+    id === undefined ? undefined : readVisible(page.command.sql, page.principal, type, id);
+  const live = (row: ResourceRow | undefined) => (row && !row.deleted ? row : undefined);
+  const [patient, encounter, response] = await Promise.all([
+    read('Patient', patientId),
+    read('Encounter', encounterId),
+    read('QuestionnaireResponse', responseId),
   ]);
-  return {
-    task,
-    patient: patient && !patient.deleted ? patient : undefined,
-    encounter: encounter && !encounter.deleted ? encounter : undefined,
-  };
+  return { task, patient: live(patient), encounter: live(encounter), response: live(response) };
 };
 
 /** The Task `id` of the tenant, opened for the session ({@link openTask}). @throws {DomainError} 404 / 403. */

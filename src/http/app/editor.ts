@@ -9,8 +9,7 @@ import { execute } from '../../commands/handler.js';
 import { saveReport } from '../../commands/reports.js';
 import { checkRedirect, readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
-import { taskLinks } from '../../fhir/definitions.js';
-import { type ResourceRow, readIfVisible, readVisible } from '../../queries/visibility.js';
+import { type ResourceRow, readIfVisible } from '../../queries/visibility.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
@@ -87,8 +86,8 @@ const choicesOf = async (
 
 /**
  * Loads the Task, its response and the response's Questionnaire, each as the session may see it
- * (src/queries/visibility.ts): a Task of this session's patient that points at another patient's
- * report opens nothing (issue 33).
+ * (`openTask`, src/queries/visibility.ts): a Task of this session's patient that points at another
+ * patient's report opens nothing (issue 33).
  * @throws {DomainError} 404 unknown Task, 403 a Task, Patient, Encounter or response the session
  *   may not read, 422 no response or no form.
  */
@@ -97,15 +96,10 @@ const loadReport = async (
   casebook: Casebook,
   taskId: string | undefined,
 ): Promise<Report> => {
-  const { task, patient } = await loadTask(page, taskId);
+  const { task, patient, response } = await loadTask(page, taskId);
   if (task.resource.status === 'failed')
     throw new DomainError('unprocessable', 'TaskFailed', `Task/${task.id} has failed and cannot be opened`);
-  const { responseId } = taskLinks(task.resource);
-  const response =
-    responseId === undefined
-      ? undefined
-      : await readVisible(page.command.sql, page.principal, 'QuestionnaireResponse', responseId);
-  if (!response || response.deleted)
+  if (!response)
     throw new DomainError('unprocessable', 'NoResponse', `Task/${task.id} has no questionnaire response yet`);
   page.note([{ reference: `QuestionnaireResponse/${response.id}`, patientId: response.patientId }]);
   const resolve = tenantResolver(casebook, page.principal);

@@ -5,7 +5,6 @@ import { parseCookie } from 'cookie';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
-import { taskLinks } from '../../fhir/definitions.js';
 import { idInReference, resourceIdIn } from '../../fhir/references.js';
 import { tokenOf } from '../../fhir/resources.js';
 import { findVisible, type ResourceRow, readVisible } from '../../queries/visibility.js';
@@ -108,7 +107,9 @@ export const launch = async (ctx: Context, casebook: Casebook): Promise<void> =>
     return;
   }
   const page = await pageContext(ctx, casebook);
-  const { task } = await openTask(page, await findTask(ctx, page));
+  // Opening checks the Task, its Patient, Encounter and report: a Task the editor could not show
+  // is refused here, not after a redirect.
+  const { task, response } = await openTask(page, await findTask(ctx, page));
   page.note([{ reference: `Task/${task.id}`, patientId: task.patientId }]);
   const status = task.resource.status;
   const base = `${appUrl}/tasks/${task.id}`;
@@ -124,7 +125,7 @@ export const launch = async (ctx: Context, casebook: Casebook): Promise<void> =>
     ctx.redirect(withQuery(`${base}/forms`, carry));
     return;
   }
-  if (taskLinks(task.resource).responseId === undefined)
+  if (!response)
     throw new DomainError(
       'unprocessable',
       'NoResponse',
