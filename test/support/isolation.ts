@@ -43,6 +43,8 @@ export interface TwoPatients {
     /** An output valueReference as an absolute URL. */
     readonly absoluteOutput: number;
     readonly encounter: number;
+    /** A report of P1 made during P2's Encounter. */
+    readonly encounterResponse: number;
   };
   /** Strings of P2 that no answer to a P1 session may hold: identifier values, names, answers. */
   readonly secrets: readonly string[];
@@ -191,6 +193,10 @@ export const givenTwoPatients = async (app: TestApp): Promise<TwoPatients> => {
         status: 'draft',
         encounter: { reference: `Encounter/${p2Encounter}` },
       }),
+      encounterResponse: await create(
+        app,
+        report(p1, 'Unremarkable', { encounter: { reference: `Encounter/${p2Encounter}` } }),
+      ),
     },
     secrets: [
       p2Mrn,
