@@ -12,7 +12,13 @@ import {
   type ResourceType,
   resourceStream,
 } from '../domain/fhir/resource.js';
-import { type AccessTarget, authorize, type Principal, targetOfContent } from '../fhir/access.js';
+import {
+  type AccessTarget,
+  authorize,
+  type Principal,
+  scopesOwner,
+  targetOfContent,
+} from '../fhir/access.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { compartmentOf } from '../fhir/references.js';
 import { PROJECT_TAG_SYSTEM, parseResource, type Token, tokenOf } from '../fhir/resources.js';
@@ -123,7 +129,7 @@ const readableMatch = (
     throw new DomainError(
       'forbidden',
       'ScopeNotGranted',
-      `${expression} matches a ${type} that the ${principal.kind === 'client' ? "client's" : "session's"} scopes do not allow reading`,
+      `${expression} matches a ${type} that ${scopesOwner(principal)} scopes do not allow reading`,
       expression,
       { issueCode: 'forbidden' },
     );
@@ -159,7 +165,7 @@ const checkShownWith = async (
       throw new DomainError(
         'forbidden',
         'ReferenceNotReadable',
-        `${def.type}.${ref.expression}: the ${principal.kind === 'client' ? "client's" : "session's"} scopes do not allow reading the ${ref.resourceType} it references`,
+        `${def.type}.${ref.expression}: ${scopesOwner(principal)} scopes do not allow reading the ${ref.resourceType} it references`,
         `${def.type}.${ref.expression}`,
         { issueCode: 'forbidden' },
       );

@@ -159,6 +159,10 @@ export const coversEveryResource = (
 export const mayAtAll = (principal: Principal, permission: Permission, resourceType: ResourceType): boolean =>
   scopesFor([...principal.scopes], { resourceType, permission }).length > 0;
 
+/** Whose scopes refused a request, for its message: `the client's` or `the session's`. */
+export const scopesOwner = (principal: Principal): string =>
+  principal.kind === 'client' ? "the client's" : "the session's";
+
 /**
  * Refuses a request its scopes do not cover (docs/interface.md §5.3 rule 1, §7: 403 `forbidden`).
  * @throws {DomainError} forbidden.
@@ -168,7 +172,7 @@ export const authorize = (principal: Principal, permission: Permission, target: 
     throw new DomainError(
       'forbidden',
       'ScopeNotGranted',
-      `the ${principal.kind === 'client' ? "client's" : "session's"} scopes do not allow ${PERMISSION_NAMES[permission]} on ${
+      `${scopesOwner(principal)} scopes do not allow ${PERMISSION_NAMES[permission]} on ${
         target.id !== undefined ? `${target.resourceType}/${target.id}` : target.resourceType
       }`,
       undefined,
