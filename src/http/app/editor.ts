@@ -9,7 +9,7 @@ import { execute } from '../../commands/handler.js';
 import { saveReport } from '../../commands/reports.js';
 import { checkRedirect, readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
-import { type ResourceRow, readResource } from '../../projections/resources.js';
+import { type ResourceRow, readIfVisible } from '../../queries/visibility.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
@@ -23,9 +23,7 @@ import {
   pageContext,
   patientBanner,
   referenceId,
-  responseIdOf,
   sendHtml,
-  taskPatient,
   withQuery,
 } from './context.js';
 import { evaluateEnableWhen, normaliseValue, rulesOf } from './enable-when.js';
@@ -47,6 +45,8 @@ import { EDITOR_SCRIPT } from './script.js';
 
 interface Report {
   readonly task: ResourceRow;
+  /** The Task's live Patient, for the top bar. */
+  readonly patient: ResourceRow | undefined;
   readonly response: ResourceRow;
   readonly questionnaire: Questionnaire;
   readonly choices: Map<string, Choice[]>;
@@ -84,31 +84,31 @@ const choicesOf = async (
   return choices;
 };
 
-/** Loads the Task, its response and the response's Questionnaire. @throws {DomainError} 404/403/422. */
+/**
+ * Loads the Task, its response and the response's Questionnaire, each as the session may see it
+ * (`openTask`, src/queries/visibility.ts): a Task of this session's patient that points at another
+ * patient's report opens nothing (issue 33).
+ * @throws {DomainError} 404 unknown Task, 403 a Task, Patient, Encounter or response the session
+ *   may not read, 422 no response or no form.
+ */
 const loadReport = async (
   page: PageContext,
   casebook: Casebook,
   taskId: string | undefined,
 ): Promise<Report> => {
-  const task = await loadTask(page, taskId);
+  const { task, patient, response } = await loadTask(page, taskId);
   if (task.resource.status === 'failed')
     throw new DomainError('unprocessable', 'TaskFailed', `Task/${task.id} has failed and cannot be opened`);
-  const responseId = responseIdOf(task.resource);
-  const response =
-    responseId === undefined
-      ? undefined
-      : await readResource(page.command.sql, 'QuestionnaireResponse', responseId, page.session.tenantId);
-  if (!response || response.deleted)
+  if (!response)
     throw new DomainError('unprocessable', 'NoResponse', `Task/${task.id} has no questionnaire response yet`);
   page.note([{ reference: `QuestionnaireResponse/${response.id}`, patientId: response.patientId }]);
   const resolve = tenantResolver(casebook, page.principal);
   const canonical = String(response.resource.questionnaire ?? '');
   let questionnaire = canonical ? await resolve('Questionnaire', canonical) : undefined;
   const localId = referenceId({ reference: canonical }, 'Questionnaire');
-  if (!questionnaire && localId !== undefined) {
-    const row = await readResource(page.command.sql, 'Questionnaire', localId, page.session.tenantId);
-    if (row && !row.deleted) questionnaire = row.resource as Json;
-  }
+  if (!questionnaire && localId !== undefined)
+    questionnaire = (await readIfVisible(page.command.sql, page.principal, 'Questionnaire', localId))
+      ?.resource as Json | undefined;
   if (!questionnaire)
     throw new DomainError(
       'unprocessable',
@@ -116,7 +116,13 @@ const loadReport = async (
       `the form of this report (${canonical || 'none'}) is not available to you`,
     );
   const q = questionnaire as unknown as Questionnaire;
-  return { task, response, questionnaire: q, choices: await choicesOf(q, resolve, page.command.now) };
+  return {
+    task,
+    patient,
+    response,
+    questionnaire: q,
+    choices: await choicesOf(q, resolve, page.command.now),
+  };
 };
 
 const STATUS_LABELS: Record<string, string> = {
@@ -140,8 +146,7 @@ const renderEditor = async (
   view: EditorView,
   status: number,
 ) => {
-  const { task, response, questionnaire, choices } = report;
-  const patient = await taskPatient(page, task);
+  const { task, patient, response, questionnaire, choices } = report;
   const qrStatus = String(response.resource.status ?? '');
   const errors = view.errors ?? new Map<string, string[]>();
   const answers = answersByLinkId(view.items);
@@ -197,7 +202,7 @@ const renderEditor = async (
     layout({
       title,
       chrome: page.chrome,
-      topBar: patientBanner(patient),
+      topBar: patientBanner(patient?.resource),
       body,
       ...(page.readonly ? {} : { script: EDITOR_SCRIPT }),
     }),

@@ -4,8 +4,8 @@
  * none is given).
  */
 import type { Casebook } from '../../casebook.js';
-import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
-import { searchResources } from '../../projections/resources.js';
+import type { Principal } from '../../fhir/access.js';
+import { findVisible } from '../../queries/visibility.js';
 import type { CanonicalResolver, Json } from '../../sdc/types.js';
 
 /** Splits `url|version`. */
@@ -21,15 +21,13 @@ export const tenantResolver =
   (casebook: Casebook, principal: Principal): CanonicalResolver =>
   async (resourceType, canonical) => {
     const { url, version } = splitCanonical(canonical);
-    const rows = (
-      await searchResources(casebook.sql, resourceType, principal.tenantId, {
-        elements: [
-          { element: 'url', values: [url] },
-          ...(version ? [{ element: 'version', values: [version] }] : []),
-        ],
-        limit: 100,
-      })
-    ).filter((row) => isAllowed(principal, 'r', targetOf(row)));
+    const rows = await findVisible(casebook.sql, principal, resourceType, {
+      elements: [
+        { element: 'url', values: [url] },
+        ...(version ? [{ element: 'version', values: [version] }] : []),
+      ],
+      limit: 100,
+    });
     const newest = rows.sort((a, b) =>
       String(b.resource.version ?? '').localeCompare(String(a.resource.version ?? ''), undefined, {
         numeric: true,
