@@ -421,21 +421,22 @@ program
           return;
         }
         bar.start(total ?? 0, 0);
-        const read = await casebook.runner.rebuild(progress);
+        // Built beside the live read models, which keep answering, and swapped in once complete.
+        const { read, stopped } = await casebook.runner.rebuild(progress);
         // Every event of the log is reflected now, but the rebuild reads only the types some read
         // model handles: the log's size is what was replayed.
         const replayed = (await countEvents(casebook)) ?? read;
         progress(replayed);
         bar.stop();
         const states = await casebook.runner.states();
-        const stopped = states.filter((s) => s.status === 'stopped');
         print({
           replayed,
           read,
           projections: Object.fromEntries(states.map((s) => [s.name, s.status])),
-          ...(stopped.length ? { stopped: Object.fromEntries(stopped.map((s) => [s.name, s.failure])) } : {}),
+          // A read model whose rebuild stopped on an event was kept as it was.
+          ...(stopped.size ? { stopped: Object.fromEntries(stopped) } : {}),
         });
-        if (stopped.length) process.exitCode = 1;
+        if (stopped.size) process.exitCode = 1;
       },
       { project: false },
     ),

@@ -6,18 +6,32 @@
  * checked and stored the same way whichever host wrote it.
  */
 import { DomainError } from '../domain/decider.js';
-import type { Content, ResourceState, ResourceType } from '../domain/fhir/resource.js';
-import { type AccessTarget, authorize, type Principal, targetOfContent } from '../fhir/access.js';
+import {
+  type Content,
+  type ResourceState,
+  type ResourceType,
+  resourceStream,
+} from '../domain/fhir/resource.js';
+import {
+  type AccessTarget,
+  authorize,
+  type Principal,
+  scopesOwner,
+  targetOfContent,
+} from '../fhir/access.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { compartmentOf } from '../fhir/references.js';
 import { PROJECT_TAG_SYSTEM, parseResource, type Token, tokenOf } from '../fhir/resources.js';
 import { referencingResources } from '../projections/resources.js';
+import { visibleTo } from '../queries/visibility.js';
 import type { UnitOfWork } from './handler.js';
 import {
   createResource,
+  DuplicateIdentifier,
   deleteResource,
   findMatch,
   loadResource,
+  lookupStreams,
   updateResource,
   versionOf,
   type WriteResult,
@@ -71,6 +85,94 @@ export const projectOf = (principal: Principal, body: unknown): string => {
 const authorOf = (principal: Principal) => principal.userRef ?? undefined;
 
 /**
+ * Runs a write that may claim identifiers. A 409 `duplicate` names the resource holding the
+ * identifier (its message and `Location`) only to a caller that may read it: to any other it says
+ * only that the identifier is taken, so a caller cannot learn which resource holds another
+ * patient's identifier (docs/interface.md §4.3 rule 1; src/queries/visibility.ts).
+ * @throws {DomainError} the write's errors, a duplicate without its holder for such a caller.
+ */
+const namingReadableHolder = async <T>(
+  uow: UnitOfWork,
+  principal: Principal,
+  write: () => Promise<T>,
+): Promise<T> => {
+  try {
+    return await write();
+  } catch (error) {
+    if (!(error instanceof DuplicateIdentifier)) throw error;
+    const { type, id } = error.holder;
+    const holder = await loadResource(uow, type, id, principal.tenantId);
+    if (visibleTo(principal, targetOfState(type, id, holder))) throw error;
+    throw new DomainError(
+      'conflict',
+      'DuplicateIdentifier',
+      `a ${type} with this identifier already exists in this data tenant`,
+      error.expression,
+      { issueCode: 'duplicate' },
+    );
+  }
+};
+
+/**
+ * The resource a conditional interaction matched, when the caller may read it: its answer shows
+ * it (the match itself, or the resource updated). A match the caller may not read is refused
+ * without naming it.
+ * @throws {DomainError} 403 `forbidden`.
+ */
+const readableMatch = (
+  principal: Principal,
+  type: ResourceType,
+  target: AccessTarget,
+  expression: string,
+): AccessTarget => {
+  if (!visibleTo(principal, target))
+    throw new DomainError(
+      'forbidden',
+      'ScopeNotGranted',
+      `${expression} matches a ${type} that ${scopesOwner(principal)} scopes do not allow reading`,
+      expression,
+      { issueCode: 'forbidden' },
+    );
+  return target;
+};
+
+/**
+ * Refuses content that points the readers of a resource at resources its writer may not read
+ * (`ResourceDefinition.shownWith`: a Task's Patient, Encounter and QuestionnaireResponses, which
+ * the app host opens; docs/interface.md §2.6). References to nothing are left to the reference
+ * checks; the append checks that the referenced resources did not change meanwhile.
+ * @throws {DomainError} 403 `forbidden` naming the element.
+ */
+const checkShownWith = async (
+  uow: UnitOfWork,
+  principal: Principal,
+  def: ResourceDefinition,
+  content: Content,
+): Promise<void> => {
+  const references = def.shownWith(content);
+  if (references.length === 0) return;
+  await uow.loadAll(
+    lookupStreams(
+      principal.tenantId,
+      references.map((r) => ({ type: r.resourceType, id: r.id })),
+    ),
+  );
+  for (const ref of references) {
+    const state = await loadResource(uow, ref.resourceType, ref.id, principal.tenantId);
+    if (state.status === 'none') continue;
+    uow.require(resourceStream(ref.resourceType, ref.id));
+    if (!visibleTo(principal, targetOfState(ref.resourceType, ref.id, state)))
+      throw new DomainError(
+        'forbidden',
+        'ReferenceNotReadable',
+        `${def.type}.${ref.expression}: ${scopesOwner(principal)} scopes do not allow reading the ${ref.resourceType} it references`,
+        `${def.type}.${ref.expression}`,
+        { issueCode: 'forbidden' },
+      );
+  }
+};
+
+/**
  * FHIR create (POST /{type}).
  * @throws {DomainError} 400/422 invalid body, 403 scopes, 409 duplicate identifier, 422 broken reference.
  */
@@ -88,10 +190,13 @@ export const create = async (
     'c',
     targetOfContent(def.type, undefined, content, { author: author ?? null, project: project ?? null }),
   );
-  return createResource(uow, def, principal.tenantId, content, {
-    ...(project !== undefined ? { project } : {}),
-    ...(author !== undefined ? { author } : {}),
-  });
+  await checkShownWith(uow, principal, def, content);
+  return namingReadableHolder(uow, principal, () =>
+    createResource(uow, def, principal.tenantId, content, {
+      ...(project !== undefined ? { project } : {}),
+      ...(author !== undefined ? { author } : {}),
+    }),
+  );
 };
 
 /** The match of an If-None-Exist / ifNoneExist (`identifier=system|value` only). @throws {DomainError} 400. */
@@ -126,7 +231,7 @@ export const conditionalCreate = async (
   if (match !== undefined) {
     const state = await loadResource(uow, def.type, match, principal.tenantId);
     if (state.status !== 'active') throw notFound(def.type, match);
-    authorize(principal, 'r', targetOfState(def.type, match, state));
+    readableMatch(principal, def.type, targetOfState(def.type, match, state), expression);
     return {
       id: match,
       versionId: versionOf(uow, def.type, match),
@@ -143,11 +248,14 @@ export const conditionalCreate = async (
     'c',
     targetOfContent(def.type, undefined, content, { author: author ?? null, project: project ?? null }),
   );
-  return createResource(uow, def, principal.tenantId, content, {
-    ...(project !== undefined ? { project } : {}),
-    ...(author !== undefined ? { author } : {}),
-    ...(token.system ? { reserve: [{ system: token.system, value: token.value }] } : {}),
-  });
+  await checkShownWith(uow, principal, def, content);
+  return namingReadableHolder(uow, principal, () =>
+    createResource(uow, def, principal.tenantId, content, {
+      ...(project !== undefined ? { project } : {}),
+      ...(author !== undefined ? { author } : {}),
+      ...(token.system ? { reserve: [{ system: token.system, value: token.value }] } : {}),
+    }),
+  );
 };
 
 /**
@@ -182,7 +290,10 @@ export const update = async (
     'u',
     targetOfContent(def.type, id, next, { author: state.author ?? null, project: state.project ?? null }),
   );
-  return updateResource(uow, def, principal.tenantId, id, content, ifMatch !== undefined ? { ifMatch } : {});
+  await checkShownWith(uow, principal, def, next);
+  return namingReadableHolder(uow, principal, () =>
+    updateResource(uow, def, principal.tenantId, id, content, ifMatch !== undefined ? { ifMatch } : {}),
+  );
 };
 
 /**
@@ -221,8 +332,22 @@ export const conditionalUpdate = async (
   const id = await findMatch(uow, def, principal.tenantId, token, 'identifier');
   if (id !== undefined) {
     const state = await loadResource(uow, def.type, id, principal.tenantId);
-    authorize(principal, 'u', targetOfState(def.type, id, state));
-    return updateResource(uow, def, principal.tenantId, id, withMatch(content), { mergeIdentifiers: true });
+    authorize(
+      principal,
+      'u',
+      readableMatch(principal, def.type, targetOfState(def.type, id, state), 'identifier'),
+    );
+    const merged = withMatch(content);
+    if (state.status !== 'none')
+      await checkShownWith(
+        uow,
+        principal,
+        def,
+        def.partialUpdate ? { ...state.resource, ...merged } : merged,
+      );
+    return namingReadableHolder(uow, principal, () =>
+      updateResource(uow, def, principal.tenantId, id, merged, { mergeIdentifiers: true }),
+    );
   }
   if (!token.system)
     throw new DomainError(
@@ -242,11 +367,15 @@ export const conditionalUpdate = async (
     'c',
     targetOfContent(def.type, undefined, created, { author: author ?? null, project: project ?? null }),
   );
-  return createResource(uow, def, principal.tenantId, created, {
-    ...(project !== undefined ? { project } : {}),
-    ...(author !== undefined ? { author } : {}),
-    reserve: [{ system: token.system, value: token.value }],
-  });
+  await checkShownWith(uow, principal, def, created);
+  const reserve = [{ system: token.system, value: token.value }];
+  return namingReadableHolder(uow, principal, () =>
+    createResource(uow, def, principal.tenantId, created, {
+      ...(project !== undefined ? { project } : {}),
+      ...(author !== undefined ? { author } : {}),
+      reserve,
+    }),
+  );
 };
 
 /**
@@ -270,7 +399,20 @@ export const remove = async (
     def,
     principal.tenantId,
     id,
-    () => referencingResources(uow.ctx.sql, principal.tenantId, column, id, def.deleteBlockedBy),
+    async () => {
+      // The 409 names only the referencing resources the caller may read, and counts the others.
+      const referencing = await referencingResources(
+        uow.ctx.sql,
+        principal.tenantId,
+        column,
+        id,
+        def.deleteBlockedBy,
+      );
+      const named = referencing
+        .filter((r) => visibleTo(principal, r))
+        .map((r) => `${r.resourceType}/${r.id}`);
+      return { named, unnamed: referencing.length - named.length };
+    },
     ifMatch !== undefined ? { ifMatch } : {},
   );
   return { patientId: target.patientId ?? null };

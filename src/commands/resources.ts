@@ -205,9 +205,29 @@ export const findMatch = async (
 };
 
 /**
+ * A 409 `duplicate` (docs/interface.md §4.3 rule 1, §7): `identifier` is held by `holder`. Its
+ * message and `Location` name the holder; the FHIR application layer (commands/fhir.ts) answers a
+ * caller that may not read the holder without them.
+ */
+export class DuplicateIdentifier extends DomainError {
+  constructor(
+    readonly holder: { readonly type: ResourceType; readonly id: number },
+    identifier: Identifier,
+  ) {
+    super(
+      'conflict',
+      'DuplicateIdentifier',
+      `a ${holder.type} with identifier ${identifier.system}|${identifier.value} already exists in this data tenant: ${holder.type}/${holder.id}`,
+      `${holder.type}.identifier`,
+      { issueCode: 'duplicate', location: `${holder.type}/${holder.id}` },
+    );
+  }
+}
+
+/**
  * Claims the reservation of `identifier` for resource `id`; `fresh` assumes it is free without
  * reading it (a taken one makes the append conflict, and the retry reads it).
- * @throws {DomainError} 409 `duplicate` with the Location of the holder (docs/interface.md §7).
+ * @throws {DuplicateIdentifier} 409 `duplicate` naming the holder (docs/interface.md §7).
  */
 const claim = async (
   uow: UnitOfWork,
@@ -223,13 +243,7 @@ const claim = async (
     reservationDecider,
     (state) => {
       if (state.status === 'claimed' && state.ownerId !== String(id))
-        throw new DomainError(
-          'conflict',
-          'DuplicateIdentifier',
-          `a ${type} with identifier ${identifier.system}|${identifier.value} already exists in this data tenant: ${type}/${state.ownerId}`,
-          `${type}.identifier`,
-          { issueCode: 'duplicate', location: `${type}/${state.ownerId}` },
-        );
+        throw new DuplicateIdentifier({ type, id: Number(state.ownerId) }, identifier);
       return { type: 'ClaimReservation' as const, key, ownerType: type, ownerId: String(id), now: uow.now };
     },
     { fresh },
@@ -406,7 +420,8 @@ export const conditionalUpdate = async (
  * Deletes resource `id` permanently (docs/interface.md §4.3 rule 4): refused with 409 while live resources of
  * `def.deleteBlockedBy` reference it; its identifier reservations are released. Deleting a deleted
  * resource changes nothing.
- * @param referencedBy the live resources referencing it (from the read model).
+ * @param referencedBy the live resources referencing it (from the read model): those the message
+ *   may name (`Type/id`), and how many others there are.
  * @throws {DomainError} 404 missing, 409 referenced, 412 version mismatch.
  */
 export const deleteResource = async (
@@ -414,7 +429,7 @@ export const deleteResource = async (
   def: ResourceDefinition,
   tenantId: number,
   id: number,
-  referencedBy: () => Promise<string[]>,
+  referencedBy: () => Promise<{ readonly named: readonly string[]; readonly unnamed: number }>,
   options: { ifMatch?: number } = {},
 ): Promise<void> => {
   const state = await loadResource(uow, def.type, id, tenantId);
@@ -423,15 +438,21 @@ export const deleteResource = async (
   if (options.ifMatch !== undefined && options.ifMatch !== current)
     throw versionMismatch(`${def.type}/${id}`, options.ifMatch, current);
   if (state.status === 'deleted') return;
-  const referencing = await referencedBy();
-  if (referencing.length > 0)
+  const { named, unnamed } = await referencedBy();
+  if (named.length + unnamed > 0) {
+    const list = [
+      ...named.slice(0, 5),
+      ...(named.length > 5 ? ['…'] : []),
+      ...(unnamed > 0 ? [`${unnamed} resource${unnamed > 1 ? 's' : ''} the caller may not read`] : []),
+    ];
     throw new DomainError(
       'conflict',
       'ResourceReferenced',
-      `${def.type}/${id} is referenced by ${referencing.slice(0, 5).join(', ')}${referencing.length > 5 ? ', …' : ''}; delete those first`,
+      `${def.type}/${id} is referenced by ${list.join(', ')}; delete those first`,
       undefined,
       { issueCode: 'conflict' },
     );
+  }
   for (const identifier of identifiersOf(state.resource))
     await release(uow, def.type, tenantId, id, identifier);
   await uow.decide(resourceStream(def.type, id), resourceDecider(def.type), {

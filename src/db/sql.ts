@@ -66,6 +66,65 @@ const preparedQuery = (text: string, values: readonly unknown[]): pg.QueryConfig
   return { name, text, values: [...values] };
 };
 
+/**
+ * `sql` as seen with `searchPath` first: every transaction begins with `SET LOCAL search_path`,
+ * and a statement outside a transaction runs in one of its own, so the path never outlives the
+ * transaction and the connection (a pooled one, PGlite's only one) goes back as it was, whatever
+ * else runs on it meanwhile. Unqualified names then resolve in the schemas of `searchPath` first:
+ * a rebuild's read models are built in a schema of their own beside the live ones
+ * (docs/architecture.md "Projections", Rebuild). Statements on it are never batched with other
+ * callers' (`shared` is false).
+ * @param searchPath a search path as SQL, its identifiers quoted (`"cb_rebuild_1", "public"`).
+ */
+export const withSearchPath = (sql: Sql, searchPath: string): Sql => new SearchPathSql(sql, searchPath);
+
+class SearchPathSql implements Sql {
+  readonly shared = false;
+  /** Inside a transaction: whether its SET LOCAL has been sent. */
+  private set = false;
+  constructor(
+    private readonly inner: Sql,
+    private readonly searchPath: string,
+  ) {}
+  get kind(): Sql['kind'] {
+    return this.inner.kind;
+  }
+  get inTransaction(): boolean {
+    return this.inner.inTransaction;
+  }
+  private async ready(): Promise<void> {
+    if (this.set) return;
+    await this.inner.exec(`SET LOCAL search_path TO ${this.searchPath}`);
+    this.set = true;
+  }
+  async query<R extends Row = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+    if (!this.inTransaction) return this.transaction((tx) => tx.query<R>(text, params));
+    await this.ready();
+    return this.inner.query<R>(text, params);
+  }
+  async exec(text: string): Promise<void> {
+    if (!this.inTransaction) return this.transaction((tx) => tx.exec(text));
+    await this.ready();
+    await this.inner.exec(text);
+  }
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    if (this.inTransaction) return fn(this);
+    return this.inner.transaction(async (tx) => {
+      const scoped = new SearchPathSql(tx, this.searchPath);
+      await scoped.ready();
+      return fn(scoped);
+    });
+  }
+  withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    return this.inner.withConnection((conn) => fn(new SearchPathSql(conn, this.searchPath)));
+  }
+  async listen(): Promise<() => Promise<void>> {
+    throw new Error('listen is not available with a scoped search path');
+  }
+  /** The handle it scopes is its owner's to close. */
+  async close(): Promise<void> {}
+}
+
 /** Pooled connections whose session state is unknown (a ROLLBACK failed): closed, never reused. */
 const unusable = new WeakSet<pg.PoolClient>();
 
@@ -235,10 +294,6 @@ export class PostgresSql implements Sql {
       connectionString: this.connectionString,
       ...(this.searchPath ? { searchPath: this.searchPath } : {}),
     };
-  }
-  /** A new pool on the same server whose connections use `searchPath` (comma-separated, no spaces). */
-  withSearchPath(searchPath: string, max = 2): PostgresSql {
-    return new PostgresSql(this.connectionString, { searchPath, max });
   }
   async close(): Promise<void> {
     await this.pool.end();

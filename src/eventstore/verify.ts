@@ -35,32 +35,38 @@ export interface VerifyResult {
 }
 
 interface LeafRow extends Record<string, unknown> {
-  commit_pos: string;
-  prepare_pos: string;
+  commit_text: string;
+  prepare_text: string;
   event_id: string;
   leaf: string;
   seal_seq: string | number;
 }
 
 const positionOf = (row: LeafRow): Position => ({
-  commit: BigInt(row.commit_pos),
-  prepare: BigInt(row.prepare_pos),
+  commit: BigInt(row.commit_text),
+  prepare: BigInt(row.prepare_text),
 });
 
-/** Pages of `es_seal_leaves` in position order. */
+// Positions are selected as text (PGlite returns numeric and int8 as lossy numbers) under other
+// names on purpose: ORDER BY resolves a bare name to an output column first, and ordering the text
+// put position 100 before 99 (a clean log verified as "inserted at …", issue 33).
+const LEAF_COLUMNS = `commit_pos::text AS commit_text, prepare_pos::text AS prepare_text,
+  event_id::text AS event_id, leaf, seal_seq`;
+
+/** Pages of `es_seal_leaves` in position order (numeric: transaction id, then sequence). */
 async function* leavesOf(sql: Sql): AsyncGenerator<LeafRow> {
   let after: Position | undefined;
   for (;;) {
     const rows: LeafRow[] = after
       ? await sql.query<LeafRow>(
-          `SELECT commit_pos::text, prepare_pos::text, event_id::text, leaf, seal_seq FROM es_seal_leaves
+          `SELECT ${LEAF_COLUMNS} FROM es_seal_leaves
             WHERE (commit_pos, prepare_pos) > ($1::numeric, $2::numeric)
-            ORDER BY commit_pos, prepare_pos LIMIT ${PAGE}`,
+            ORDER BY es_seal_leaves.commit_pos, es_seal_leaves.prepare_pos LIMIT ${PAGE}`,
           [String(after.commit), String(after.prepare)],
         )
       : await sql.query<LeafRow>(
-          `SELECT commit_pos::text, prepare_pos::text, event_id::text, leaf, seal_seq FROM es_seal_leaves
-            ORDER BY commit_pos, prepare_pos LIMIT ${PAGE}`,
+          `SELECT ${LEAF_COLUMNS} FROM es_seal_leaves
+            ORDER BY es_seal_leaves.commit_pos, es_seal_leaves.prepare_pos LIMIT ${PAGE}`,
         );
     if (rows.length === 0) return;
     yield* rows;

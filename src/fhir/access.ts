@@ -110,13 +110,21 @@ const questionnaireFiltersAdmit = (scope: ResourceScope, target: AccessTarget): 
   });
 };
 
+/**
+ * Does `scope` (already matching type and permission) cover every resource of `resourceType`,
+ * whatever its facts? An API client's scopes and `system/` scopes are tenant-wide; Questionnaire
+ * scopes always look at the Questionnaire's project and filters.
+ */
+const coversAll = (principal: Principal, scope: ResourceScope, resourceType: ResourceType): boolean =>
+  resourceType !== 'Questionnaire' && (principal.kind === 'client' || scope.context === 'system');
+
 /** Does `scope` (already matching type and permission) cover `target` for `principal`? */
 const covers = (principal: Principal, scope: ResourceScope, target: AccessTarget): boolean => {
   if (target.resourceType === 'Questionnaire') return questionnaireFiltersAdmit(scope, target);
-  if (principal.kind === 'client') return true;
+  if (coversAll(principal, scope, target.resourceType)) return true;
   switch (scope.context) {
     case 'system':
-      return true;
+      return true; // tenant-wide (coversAll)
     case 'patient':
       return principal.patientId !== null && target.patientId === principal.patientId;
     case 'user':
@@ -133,9 +141,27 @@ export const isAllowed = (principal: Principal, permission: Permission, target: 
     covers(principal, scope, target),
   );
 
+/**
+ * True when some scope grants `permission` on every resource of `resourceType` in the tenant, so
+ * that no resource of the type is hidden from `principal` (a count before scopes then tells it
+ * nothing it may not know: `_total=estimate`, docs/interface.md §4.3 rule 10).
+ */
+export const coversEveryResource = (
+  principal: Principal,
+  permission: Permission,
+  resourceType: ResourceType,
+): boolean =>
+  scopesFor([...principal.scopes], { resourceType, permission }).some((scope) =>
+    coversAll(principal, scope, resourceType),
+  );
+
 /** True when some scope grants `permission` on `resourceType` at all (before looking at a resource). */
 export const mayAtAll = (principal: Principal, permission: Permission, resourceType: ResourceType): boolean =>
   scopesFor([...principal.scopes], { resourceType, permission }).length > 0;
+
+/** Whose scopes refused a request, for its message: `the client's` or `the session's`. */
+export const scopesOwner = (principal: Principal): string =>
+  principal.kind === 'client' ? "the client's" : "the session's";
 
 /**
  * Refuses a request its scopes do not cover (docs/interface.md §5.3 rule 1, §7: 403 `forbidden`).
@@ -146,7 +172,7 @@ export const authorize = (principal: Principal, permission: Permission, target: 
     throw new DomainError(
       'forbidden',
       'ScopeNotGranted',
-      `the ${principal.kind === 'client' ? "client's" : "session's"} scopes do not allow ${PERMISSION_NAMES[permission]} on ${
+      `${scopesOwner(principal)} scopes do not allow ${PERMISSION_NAMES[permission]} on ${
         target.id !== undefined ? `${target.resourceType}/${target.id}` : target.resourceType
       }`,
       undefined,

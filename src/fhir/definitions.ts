@@ -43,6 +43,12 @@ export interface ResourceDefinition {
   readonly references: (content: Content) => ReferenceToCheck[];
   /** docs/interface.md §4.3 rule 4: resource types whose live resources, referencing this one, block its delete. */
   readonly deleteBlockedBy: readonly ResourceType[];
+  /**
+   * The resources a reader of this resource is shown with (the app host opens a Task's Patient,
+   * Encounter and report, docs/interface.md §3.2): whoever writes it must be allowed to read each
+   * one that exists (docs/interface.md §2.6; issue 33).
+   */
+  readonly shownWith: (content: Content) => ReferenceToCheck[];
 }
 
 const refs =
@@ -52,6 +58,55 @@ const refs =
       const id = referenceId(content[element], type);
       return id === undefined ? [] : [{ expression: `${element}`, resourceType: type, id }];
     });
+
+/** A reference as the app host follows it: relative (`Patient/12`) or absolute (`https://…/Patient/12`). */
+const followed = (reference: unknown, type: ResourceType): number | undefined =>
+  referenceId(reference, type, { absolute: true });
+
+/** Every QuestionnaireResponse a Task names: its `focus`, then its `output` valueReferences. */
+const taskResponses = (task: Content): ReferenceToCheck[] => {
+  const outputs = Array.isArray(task.output) ? (task.output as { valueReference?: unknown }[]) : [];
+  return [
+    { expression: 'focus', id: followed(task.focus, 'QuestionnaireResponse') },
+    ...outputs.map((o, i) => ({
+      expression: `output[${i}].valueReference`,
+      id: followed(o?.valueReference, 'QuestionnaireResponse'),
+    })),
+  ].flatMap(({ expression, id }) =>
+    id === undefined ? [] : [{ expression, resourceType: 'QuestionnaireResponse' as const, id }],
+  );
+};
+
+/**
+ * What the app host opens from a Task (docs/interface.md §3.2): its Patient (`for`), its Encounter,
+ * and its QuestionnaireResponse — `focus`, else the first `output` valueReference to one.
+ */
+export const taskLinks = (
+  task: Content,
+): { patientId?: number; encounterId?: number; responseId?: number } => {
+  const responses = taskResponses(task);
+  const patientId = followed(task.for, 'Patient');
+  const encounterId = followed(task.encounter, 'Encounter');
+  return {
+    ...(patientId !== undefined ? { patientId } : {}),
+    ...(encounterId !== undefined ? { encounterId } : {}),
+    ...(responses[0] !== undefined ? { responseId: responses[0].id } : {}),
+  };
+};
+
+/** {@link ResourceDefinition.shownWith} of a Task: everything {@link taskLinks} may open. */
+const taskShownWith = (task: Content): ReferenceToCheck[] => {
+  const { patientId, encounterId } = taskLinks(task);
+  return [
+    ...(patientId !== undefined
+      ? [{ expression: 'for', resourceType: 'Patient' as const, id: patientId }]
+      : []),
+    ...(encounterId !== undefined
+      ? [{ expression: 'encounter', resourceType: 'Encounter' as const, id: encounterId }]
+      : []),
+    ...taskResponses(task),
+  ];
+};
 
 const parser =
   (create: z.ZodType<Content>, update: z.ZodType<Content> = create) =>
@@ -67,6 +122,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     uniqueIdentifiers: true,
     references: () => [],
     deleteBlockedBy: ['Encounter', 'Task', 'QuestionnaireResponse'],
+    shownWith: () => [],
   },
   Encounter: {
     type: 'Encounter',
@@ -75,6 +131,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     uniqueIdentifiers: true,
     references: refs(['subject', 'Patient']),
     deleteBlockedBy: ['Task', 'QuestionnaireResponse'],
+    shownWith: () => [],
   },
   Practitioner: {
     type: 'Practitioner',
@@ -83,6 +140,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     uniqueIdentifiers: true,
     references: () => [],
     deleteBlockedBy: [],
+    shownWith: () => [],
   },
   Task: {
     type: 'Task',
@@ -97,6 +155,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
       ['requester', 'Practitioner'],
     ),
     deleteBlockedBy: [],
+    shownWith: taskShownWith,
   },
   Questionnaire: {
     type: 'Questionnaire',
@@ -105,6 +164,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     uniqueIdentifiers: false,
     references: () => [],
     deleteBlockedBy: [],
+    shownWith: () => [],
   },
   QuestionnaireResponse: {
     type: 'QuestionnaireResponse',
@@ -113,6 +173,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     uniqueIdentifiers: false,
     references: refs(['subject', 'Patient'], ['encounter', 'Encounter'], ['author', 'Practitioner']),
     deleteBlockedBy: [],
+    shownWith: () => [],
   },
   ValueSet: {
     type: 'ValueSet',
@@ -121,5 +182,6 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     uniqueIdentifiers: false,
     references: () => [],
     deleteBlockedBy: [],
+    shownWith: () => [],
   },
 };

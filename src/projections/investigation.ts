@@ -5,7 +5,7 @@
  */
 import pino from 'pino';
 import type { Casebook } from '../casebook.js';
-import { PostgresSql, type Sql } from '../db/sql.js';
+import { quoteIdentifier, withSearchPath } from '../db/sql.js';
 import type { Position } from '../eventstore/port.js';
 import { allProjections } from './index.js';
 import { ProjectionRunner } from './runner.js';
@@ -39,27 +39,12 @@ export const replayUntil = async (
   await sql.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
   // Reads of the log resolve to the live schema (the target has no es_ tables); read-model tables
   // are created and written in the target, the first schema of the path.
-  const path = `${schema},${current}`;
-  let target: Sql;
-  let restore: (() => Promise<void>) | undefined;
-  if (sql instanceof PostgresSql) {
-    target = sql.withSearchPath(path);
-  } else {
-    // PGlite has one connection (and the CLI owns it): move its path for the run, then back.
-    const [{ search_path: previous }] = (await sql.query<{ search_path: string }>(`SHOW search_path`)) as [
-      { search_path: string },
-    ];
-    await sql.exec(`SET search_path TO ${path}`);
-    target = sql;
-    restore = () => sql.exec(`SET search_path TO ${previous}`);
-  }
-  try {
-    const runner = new ProjectionRunner(casebook.store, target, allProjections, pino({ level: 'silent' }), {
-      mode: 'async',
-    });
-    return await runner.buildUntil(until, onProgress);
-  } finally {
-    await restore?.();
-    if (target !== sql) await target.close();
-  }
+  const [{ path }] = (await sql.query<{ path: string }>(`SELECT current_setting('search_path') AS path`)) as [
+    { path: string },
+  ];
+  const target = withSearchPath(sql, `${quoteIdentifier(schema)}, ${path}`);
+  const runner = new ProjectionRunner(casebook.store, target, allProjections, pino({ level: 'silent' }), {
+    mode: 'async',
+  });
+  return runner.buildUntil(until, onProgress);
 };

@@ -611,18 +611,42 @@ export const countResources = async (
   return Number(row?.n ?? 0);
 };
 
-/** Live resources of `types` whose compartment column (`patient_id` or `encounter_id`) is `id`, as `Type/id`. */
+/** A resource that references another: its type, id and the facts a scope decision needs. */
+export interface ReferencingRow {
+  readonly resourceType: ResourceType;
+  readonly id: number;
+  readonly patientId: number | null;
+  readonly author: string | null;
+  readonly project: string | null;
+}
+
+/**
+ * Live resources of `types` whose compartment column (`patient_id` or `encounter_id`) is `id`, in
+ * type and id order, without their content.
+ */
 export const referencingResources = async (
   sql: Sql,
   tenantId: number,
   column: 'patient_id' | 'encounter_id',
   id: number,
   types: readonly ResourceType[],
-): Promise<string[]> => {
+): Promise<ReferencingRow[]> => {
   if (types.length === 0) return [];
-  const rows = await sql.query<{ resource_type: string; id: number }>(
-    `SELECT resource_type, id FROM rm_resources WHERE tenant_id = $1 AND ${column} = $2 AND resource_type = ANY($3::text[]) AND NOT deleted ORDER BY resource_type, id`,
+  const rows = await sql.query<{
+    resource_type: ResourceType;
+    id: number;
+    patient_id: number | null;
+    author: string | null;
+    project: string | null;
+  }>(
+    `SELECT resource_type, id, patient_id, author, project FROM rm_resources WHERE tenant_id = $1 AND ${column} = $2 AND resource_type = ANY($3::text[]) AND NOT deleted ORDER BY resource_type, id`,
     [tenantId, id, [...types]],
   );
-  return rows.map((r) => `${r.resource_type}/${r.id}`);
+  return rows.map((r) => ({
+    resourceType: r.resource_type,
+    id: Number(r.id),
+    patientId: r.patient_id === null ? null : Number(r.patient_id),
+    author: r.author,
+    project: r.project,
+  }));
 };

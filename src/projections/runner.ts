@@ -19,10 +19,9 @@
  * answers 2xx and then stays invisible. `casebook replay` rebuilds it.
  */
 
-import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
-import { quoteIdentifier, type Sql } from '../db/sql.js';
+import type { Sql } from '../db/sql.js';
 import {
   type AppendHook,
   AppendHookFailure,
@@ -36,6 +35,12 @@ import {
   type TransactionalAppends,
 } from '../eventstore/port.js';
 import type { Projection } from './projection.js';
+import {
+  createIndexesAndAnalyze,
+  dropSecondaryIndexes,
+  type RebuildResult,
+  rebuildBeside,
+} from './rebuild.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
@@ -110,58 +115,6 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     }
     signal?.addEventListener('abort', done, { once: true });
   });
-
-/**
- * Drops the secondary indexes of `tables` (neither primary keys nor unique ones, which upserts
- * need) and returns their definitions: a rebuild fills the tables first and builds each index once
- * at the end, several times faster than keeping it up to date row by row (GIN above all). Should
- * the rebuild stop half-way, the next start's migrations create them again.
- */
-const dropSecondaryIndexes = async (sql: Sql, tables: readonly string[]): Promise<string[]> => {
-  const rows = await sql.query<{ name: string; definition: string }>(
-    `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
-       FROM pg_index i
-       JOIN pg_class c ON c.oid = i.indexrelid
-       JOIN pg_class t ON t.oid = i.indrelid
-       JOIN pg_namespace n ON n.oid = t.relnamespace
-      WHERE n.nspname = current_schema() AND t.relname = ANY($1::text[])
-        AND NOT i.indisprimary AND NOT i.indisunique
-      ORDER BY c.relname`,
-    [[...tables]],
-  );
-  for (const row of rows) await sql.exec(`DROP INDEX IF EXISTS ${quoteIdentifier(row.name)}`);
-  return rows.map((r) => r.definition.replace(/^CREATE INDEX /, 'CREATE INDEX IF NOT EXISTS '));
-};
-
-/**
- * Creates the indexes {@link dropSecondaryIndexes} dropped and then gathers the statistics of
- * `tables` (plans made on the empty tables' would scan every row). Each index is built in its own
- * transaction with room to sort, and each table analysed on its own; on PostgreSQL two of these run
- * at once on the pool (the rebuild's last second, a GIN index or an ANALYZE per core: 200,000
- * events' read models took 1.4 s one after the other). The projections are live by then and appends
- * write their tables meanwhile: a transaction holds only the lock of the one table it indexes, so
- * it cannot deadlock with an append that holds one table and waits for the next (as a single
- * transaction taking the tables' locks one index after the other did, seen under load in the
- * rebuild-beside-appends test).
- */
-const createIndexesAndAnalyze = async (
-  sql: Sql,
-  definitions: readonly string[],
-  tables: readonly string[],
-): Promise<void> => {
-  const limit = pLimit(sql.kind === 'postgres' ? 2 : 1);
-  await Promise.all([
-    ...definitions.map((definition) =>
-      limit(() =>
-        sql.transaction(async (tx) => {
-          await tx.exec(`SET LOCAL maintenance_work_mem = '256MB'`);
-          await tx.exec(definition);
-        }),
-      ),
-    ),
-    ...tables.map((table) => limit(() => sql.exec(`ANALYZE ${quoteIdentifier(table)}`))),
-  ]);
-};
 
 /** A promise with its resolve function (Promise.withResolvers, which Node 20 lacks). */
 const signalled = (): { promise: Promise<void>; resolve: () => void } => {
@@ -273,12 +226,49 @@ const leastCheckpoint = (states: readonly ProjectionState[]): Position | undefin
   return least;
 };
 
+/**
+ * A build of the `building` projections under way ({@link ProjectionRunner.startBuild}), from
+ * their checkpoints to the head of the log.
+ */
+export interface InlineBuild {
+  /**
+   * Applies the log in pages beside the appends, up to its last full page (the rest is for
+   * `finish`). May be called again to catch up with what was appended meanwhile.
+   * @returns the events of the pages applied.
+   */
+  pages(
+    onProgress: ((read: number, position: Position) => void) | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<number>;
+  /**
+   * Applies the rest of the log in `tx`, which must hold the append lock (so the log is complete
+   * to its end), and turns the projections live in it.
+   * @returns the events applied.
+   */
+  finish(tx: Sql, onProgress: ((read: number, position: Position) => void) | undefined): Promise<number>;
+  /**
+   * The transaction given to the last `finish` was rolled back: the checkpoints go back to where
+   * they were before it, so that the next `pages` or `finish` applies those events again.
+   */
+  undoFinish(): void;
+  /** The projections still being built (one that stopped on an event has left). */
+  names(): string[];
+  /** Where projection `name` has applied the log to. */
+  checkpoint(name: string): Position | undefined;
+}
+
 export interface ProjectionRunnerOptions {
   /** `inline` on the SQL stores, `async` on KurrentDB (default: from the store's kind). */
   readonly mode?: 'inline' | 'async';
   readonly clock?: () => Date;
   /** Events per catch-up transaction (default {@link CATCH_UP_PAGE}). */
   readonly pageSize?: number;
+  /**
+   * Inline mode: whether this runner applies its projections in every append (default true).
+   * False for a runner that builds read models elsewhere than the live ones (a rebuild's schema):
+   * it must not take the store's append hook from the live runner.
+   */
+  readonly appendHook?: boolean;
 }
 
 export class ProjectionRunner {
@@ -331,7 +321,7 @@ export class ProjectionRunner {
     this.pageSize = options.pageSize ?? CATCH_UP_PAGE;
     if (this.mode === 'inline') {
       if (!store.transactional) throw new TypeError('inline projections need a store with SQL transactions');
-      store.transactional.setAppendHook(this.appendHook());
+      if (options.appendHook !== false) store.transactional.setAppendHook(this.appendHook());
     }
   }
 
@@ -575,10 +565,30 @@ export class ProjectionRunner {
     onProgress: ((read: number, position: Position) => void) | undefined,
     signal: AbortSignal | undefined,
   ): Promise<number> {
-    const building = () => this.states().then((states) => states.filter((s) => s.status === 'building'));
-    const pending = await building();
-    if (pending.length === 0) return 0;
-    let read = 0;
+    const build = await this.startBuild();
+    if (!build) return 0;
+    let read = await build.pages(onProgress, signal);
+    if (signal?.aborted || build.names().length === 0) return read;
+    // The last pages under the append lock, then live: no append can fall in between.
+    read += await this.sql.transaction(async (tx) => {
+      await this.appends().lockAppends(tx);
+      return build.finish(tx, (n, position) => onProgress?.(read + n, position));
+    });
+    this.applied$.next(undefined);
+    return read;
+  }
+
+  /**
+   * Starts a build of the projections that are `building` in this runner's `projection_state`
+   * (inline mode): the caller reads pages with `pages` beside the appends, then, holding the append
+   * lock in a transaction, applies the rest with `finish`, which turns them live in that
+   * transaction. A rebuild beside the live read models (see {@link rebuild}) runs it on a runner
+   * whose handle sees its own schema first.
+   * @returns undefined when no projection is building.
+   */
+  async startBuild(): Promise<InlineBuild | undefined> {
+    const pending = (await this.states()).filter((s) => s.status === 'building');
+    if (pending.length === 0) return undefined;
     const checkpoints = new Map(pending.map((s) => [s.name, s.checkpoint]));
     const least = () => {
       let from: Position | undefined;
@@ -614,10 +624,15 @@ export class ProjectionRunner {
     // next page is read (on another pool connection) while this one is applied, and several
     // projections go through the pages each at its own pace; after a page every remaining
     // checkpoint is at its end, so that is where the next one starts.
-    const prefetch = this.sql.kind === 'postgres';
-    if (prefetch && checkpoints.size > 1)
-      read = await this.pipelinedCatchUp(readPage, least(), checkpoints, onProgress, signal);
-    else {
+    const pages = async (
+      onProgress: ((read: number, position: Position) => void) | undefined,
+      signal: AbortSignal | undefined,
+    ): Promise<number> => {
+      const prefetch = this.sql.kind === 'postgres';
+      if (checkpoints.size === 0) return 0;
+      if (prefetch && checkpoints.size > 1)
+        return this.pipelinedCatchUp(readPage, least(), checkpoints, onProgress, signal);
+      let read = 0;
       let next = readPage(least());
       while (!signal?.aborted && checkpoints.size > 0) {
         const page = await next;
@@ -625,23 +640,30 @@ export class ProjectionRunner {
         const last = page.at(-1)!.position;
         if (prefetch) next = readPage(last);
         await this.applyCatchUp(page, checkpoints, this.sql);
-        if (!prefetch) next = readPage(least());
         read += page.length;
         onProgress?.(read, last);
+        // PGlite answers in microtasks: without a turn of the event loop between pages, a build in
+        // a serving process (a projection added later) held every request until its end.
+        if (!prefetch) await new Promise<void>((resolve) => setImmediate(resolve));
+        if (!prefetch) next = readPage(least());
       }
-    }
-    if (signal?.aborted || checkpoints.size === 0) return read;
-    // The last pages under the append lock, then live: no append can fall in between.
-    read += await this.sql.transaction(async (tx) => {
-      await this.appends().lockAppends(tx);
+      return read;
+    };
+    let beforeFinish: Map<string, Position | undefined> | undefined;
+    const finish = async (
+      tx: Sql,
+      onProgress: ((read: number, position: Position) => void) | undefined,
+    ): Promise<number> => {
+      beforeFinish = new Map(checkpoints);
       let count = 0;
       for (;;) {
+        if (checkpoints.size === 0) break;
         const page = await this.appends().readAllIn(tx, range(least()), false);
         if (page.length === 0) break;
         classify(page);
         await this.applyCatchUp(page, checkpoints, tx);
         count += page.length;
-        onProgress?.(read + count, page.at(-1)!.position);
+        onProgress?.(count, page.at(-1)!.position);
       }
       for (const name of checkpoints.keys())
         await tx.query(
@@ -649,9 +671,20 @@ export class ProjectionRunner {
           [name],
         );
       return count;
-    });
-    this.applied$.next(undefined);
-    return read;
+    };
+    const undoFinish = () => {
+      if (!beforeFinish) return;
+      checkpoints.clear();
+      for (const [name, position] of beforeFinish) checkpoints.set(name, position);
+      beforeFinish = undefined;
+    };
+    return {
+      pages,
+      finish,
+      undoFinish,
+      names: () => [...checkpoints.keys()],
+      checkpoint: (name) => checkpoints.get(name),
+    };
   }
 
   /**
@@ -905,54 +938,86 @@ export class ProjectionRunner {
   }
 
   /**
-   * Drops and recreates the read models of `names` (default: all) and rebuilds them from the log
-   * (`casebook replay`). On the SQL stores the reset happens under the append lock and the rebuild
-   * is a catch-up: writes go on meanwhile and become visible when the projection is live again.
+   * Rebuilds the read models of `names` (default: all) from the log (`casebook replay`).
+   *
+   * On the SQL stores they are built beside the live ones, in a schema of their own, and swapped in
+   * once complete ({@link rebuildBeside}, docs/architecture.md "Projections"): the live read models
+   * keep answering, and being written by the appends, until the swap. A projection whose build
+   * stops on an event is not swapped in.
+   *
+   * On KurrentDB (async mode) the read models are dropped and recreated, then caught up; no runner
+   * may follow the log meanwhile.
+   * @returns the events read, and the projections whose rebuild stopped on an event.
+   * @throws {Error} for an unknown name; what the database throws.
    */
   async rebuild(
     onProgress?: (read: number, position: Position) => void,
     names: readonly string[] = this.projections.map((p) => p.name),
-  ): Promise<number> {
+  ): Promise<RebuildResult> {
     for (const name of names) if (!this.byName.has(name)) throw new Error(`no projection named ${name}`);
     await this.sql.exec(STATE_TABLE);
-    if (this.mode === 'async') {
-      // A follower keeps its checkpoints in memory: it must not run while the read models reset.
-      const free = await this.sql.withConnection(async (conn) => {
-        const [lock] = await conn.query<{ ok: boolean }>(
-          `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
-        );
-        if (lock?.ok) await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`);
-        return lock?.ok === true;
-      });
-      if (!free) throw new Error('a projection runner is active on this database: stop it before replaying');
-    }
+    if (this.mode === 'async') return this.rebuildInPlace(onProgress, names);
+    const projections = names.map((name) => this.byName.get(name)!);
+    const result = await rebuildBeside({
+      sql: this.sql,
+      appends: this.appends(),
+      projections,
+      runnerOn: (sql) =>
+        new ProjectionRunner(this.store, sql, projections, this.logger, {
+          mode: 'inline',
+          appendHook: false,
+          clock: this.clock,
+          pageSize: this.pageSize,
+        }),
+      ...(onProgress ? { onProgress } : {}),
+    });
+    for (const [name, failure] of result.stopped)
+      this.logger.error(
+        { projection: name, ...failure },
+        'the rebuild of a read model stopped on an event; the live one was kept',
+      );
+    this.applied$.next(undefined);
+    this.deferredWake$.next();
+    return result;
+  }
+
+  /** Async mode's rebuild: drops and recreates the read models, then follows the log from its start. */
+  private async rebuildInPlace(
+    onProgress: ((read: number, position: Position) => void) | undefined,
+    names: readonly string[],
+  ): Promise<RebuildResult> {
+    // A follower keeps its checkpoints in memory: it must not run while the read models reset.
+    const free = await this.sql.withConnection(async (conn) => {
+      const [lock] = await conn.query<{ ok: boolean }>(
+        `SELECT pg_try_advisory_lock(${RUNNER_LOCK_KEY}) AS ok`,
+      );
+      if (lock?.ok) await conn.query(`SELECT pg_advisory_unlock(${RUNNER_LOCK_KEY})`);
+      return lock?.ok === true;
+    });
+    if (!free) throw new Error('a projection runner is active on this database: stop it before replaying');
+    const tables = names.flatMap((name) => this.byName.get(name)!.tables);
     const indexes = await this.sql.transaction(async (tx) => {
-      if (this.mode === 'inline') await this.appends().lockAppends(tx);
       for (const name of names) {
         const projection = this.byName.get(name)!;
         for (const table of projection.tables) await tx.exec(`DROP TABLE IF EXISTS ${table} CASCADE`);
         await projection.migrate(tx);
         await tx.query(
-          `INSERT INTO projection_state (name, status, checkpoint, detail) VALUES ($1, $2, NULL, NULL)
-           ON CONFLICT (name) DO UPDATE SET status = $2, checkpoint = NULL, detail = NULL, updated_at = now()`,
-          [name, this.mode === 'inline' ? 'building' : 'live'],
+          `INSERT INTO projection_state (name, status, checkpoint, detail) VALUES ($1, 'live', NULL, NULL)
+           ON CONFLICT (name) DO UPDATE SET status = 'live', checkpoint = NULL, detail = NULL, updated_at = now()`,
+          [name],
         );
       }
-      return dropSecondaryIndexes(
-        tx,
-        names.flatMap((name) => this.byName.get(name)!.tables),
-      );
+      return dropSecondaryIndexes(tx, tables);
     });
     this.progress = undefined;
-    this.deferredAt.clear();
     const read = await this.catchUp(onProgress);
-    await this.catchUpDeferred();
-    await createIndexesAndAnalyze(
-      this.sql,
-      indexes,
-      names.flatMap((name) => this.byName.get(name)!.tables),
+    await createIndexesAndAnalyze(this.sql, indexes, tables);
+    const stopped = new Map(
+      (await this.states())
+        .filter((s) => names.includes(s.name) && s.status === 'stopped' && s.failure !== undefined)
+        .map((s) => [s.name, s.failure!] as const),
     );
-    return read;
+    return { read, stopped };
   }
 
   /**

@@ -192,8 +192,10 @@ export const searchAuditEvents = async (
   const filterArgs = [...args];
   const cursorText = values(params, '_cursor')[0];
   const page = cursorText ? `AND seq < ${arg(decodeCursor(cursorText).seq)}::bigint` : '';
-  const rows = await sql.query<{ seq: string; content: Record<string, unknown> }>(
-    `SELECT seq::text AS seq, content FROM rm_audit_events WHERE ${filter} ${page}
+  // `seq` as text under another name: ORDER BY a bare `seq` would order the text output column
+  // ("99" after "100" descending), not the view's numbers, and pages would skip records.
+  const rows = await sql.query<{ seq_text: string; content: Record<string, unknown> }>(
+    `SELECT seq::text AS seq_text, content FROM rm_audit_events WHERE ${filter} ${page}
       ORDER BY seq DESC LIMIT ${arg(size + 1)}`,
     args,
   );
@@ -207,7 +209,7 @@ export const searchAuditEvents = async (
     auditEvents: shown.map((r) => shownAuditEvent(r.content)),
     total: Number(counted?.n ?? 0),
     count: size,
-    next: rows.length > size && last ? { seq: last.seq } : undefined,
+    next: rows.length > size && last ? { seq: last.seq_text } : undefined,
   };
 };
 

@@ -1,7 +1,9 @@
 /**
  * The FHIR read interactions of the application layer (docs/interface.md §4.3, §5.3; issue 3):
- * read, history and vread (folded from the resource's stream), and search (from the read model),
- * each with its scope checks. The routers map their results to HTTP.
+ * read, history and vread (folded from the resource's stream), search (from the read model) and
+ * `$everything`, each showing only what the caller may see (src/queries/visibility.ts: every
+ * version, match, total and included resource is judged by the one rule). The routers map their
+ * results to HTTP.
  */
 import type { Sql } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
@@ -13,7 +15,14 @@ import {
   resourceStream,
 } from '../domain/fhir/resource.js';
 import type { EventStore } from '../eventstore/port.js';
-import { authorize, isAllowed, mayAtAll, type Principal, targetOf } from '../fhir/access.js';
+import {
+  type AccessTarget,
+  authorize,
+  coversEveryResource,
+  mayAtAll,
+  type Principal,
+  targetOf,
+} from '../fhir/access.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
@@ -30,11 +39,27 @@ import {
   type SearchSort,
   searchResources,
 } from '../projections/resources.js';
+import { readVisible, versionTarget, visibleRows, visibleTo } from './visibility.js';
 
 const notFound = (type: ResourceType, id: number) =>
   new DomainError('not_found', 'ResourceNotFound', `${type}/${id} is not known`, undefined, {
     issueCode: 'not-found',
   });
+
+/**
+ * A resource of the caller's tenant that the caller may read as it stands now (deleted ones too).
+ * @throws {DomainError} 404 unknown (or another tenant's), 403 scopes.
+ */
+const existingVisible = async (
+  sql: Sql,
+  principal: Principal,
+  type: ResourceType,
+  id: number,
+): Promise<ResourceRow> => {
+  const row = await readVisible(sql, principal, type, id);
+  if (!row) throw notFound(type, id);
+  return row;
+};
 
 /**
  * The current version of a resource (FHIR read).
@@ -46,9 +71,7 @@ export const read = async (
   def: ResourceDefinition,
   id: number,
 ): Promise<ResourceRow> => {
-  const row = await readResource(sql, def.type, id, principal.tenantId);
-  if (!row) throw notFound(def.type, id);
-  authorize(principal, 'r', targetOf(row));
+  const row = await existingVisible(sql, principal, def.type, id);
   if (row.deleted)
     throw new DomainError('gone', 'ResourceDeleted', `${def.type}/${id} was deleted`, undefined, {
       issueCode: 'deleted',
@@ -65,37 +88,90 @@ export interface Version {
   readonly resource: Record<string, unknown> | undefined;
 }
 
-/**
- * Every version of a resource, oldest first (issue 3: history includes the delete).
- * @throws {DomainError} 404 unknown, 403 scopes (checked on the current version).
- */
-export const versions = async (
-  sql: Sql,
+/** A version with the facts a scope decision on it needs (a deletion: those of the version it ended). */
+interface StoredVersion extends Version {
+  readonly target: AccessTarget;
+}
+
+/** Every version of a resource, oldest first, folded from its stream (issue 3: history includes the delete). */
+const storedVersions = async (
   store: EventStore,
-  principal: Principal,
   def: ResourceDefinition,
   id: number,
-): Promise<Version[]> => {
-  const row = await readResource(sql, def.type, id, principal.tenantId);
-  if (!row) throw notFound(def.type, id);
-  authorize(principal, 'r', targetOf(row));
+): Promise<StoredVersion[]> => {
   const events = await store.readStream(resourceStream(def.type, id));
-  return events.flatMap((event): Version[] => {
+  let created: CreatedData | undefined;
+  let target: AccessTarget = { resourceType: def.type, id };
+  return events.flatMap((event): StoredVersion[] => {
     const kind = resourceEventKind(event.type);
     if (!kind || kind.resourceType !== def.type) return [];
     const versionId = Number(event.revision) + 1;
     if (kind.kind === 'deleted')
-      return [{ versionId, at: (event.data as { at: string }).at, method: 'DELETE', resource: undefined }];
+      return [
+        { versionId, at: (event.data as { at: string }).at, method: 'DELETE', resource: undefined, target },
+      ];
     const d = event.data as CreatedData | ChangedData;
+    if (kind.kind === 'created') created = d as CreatedData;
+    target = versionTarget(def.type, id, d.resource, created ?? {});
     return [
       {
         versionId,
         at: d.at,
         method: kind.kind === 'created' ? 'POST' : 'PUT',
         resource: toFhirResource(def.type, id, versionId, d.at, d.resource),
+        target,
       },
     ];
   });
+};
+
+/** The versions among `chosen` the caller may read, each judged as it stood (docs/interface.md §4.3 rule 11). */
+const visibleVersions = (principal: Principal, chosen: readonly StoredVersion[]): Version[] =>
+  chosen.filter((v) => visibleTo(principal, v.target)).map(({ target: _target, ...version }) => version);
+
+/**
+ * FHIR vread: one version of a resource the caller may read now, when the caller may read that
+ * version as it stood (a report moved to this patient from another keeps its earlier versions
+ * from the caller).
+ * @throws {DomainError} 404 unknown resource or version, 403 scopes (now or on that version),
+ *   410 the version is the deletion.
+ */
+export const vread = async (
+  sql: Sql,
+  store: EventStore,
+  principal: Principal,
+  def: ResourceDefinition,
+  id: number,
+  versionId: number | undefined,
+): Promise<Version & { readonly resource: Record<string, unknown> }> => {
+  await existingVisible(sql, principal, def.type, id);
+  const version =
+    versionId === undefined
+      ? undefined
+      : (await storedVersions(store, def, id)).find((v) => v.versionId === versionId);
+  if (!version)
+    throw new DomainError(
+      'not_found',
+      'VersionNotFound',
+      `${def.type}/${id} has no version ${versionId ?? ''}`,
+      undefined,
+      { issueCode: 'not-found' },
+    );
+  authorize(principal, 'r', version.target);
+  if (!version.resource)
+    throw new DomainError(
+      'gone',
+      'ResourceDeleted',
+      `version ${versionId} of ${def.type}/${id} is its deletion`,
+      undefined,
+      { issueCode: 'deleted' },
+    );
+  return {
+    versionId: version.versionId,
+    at: version.at,
+    method: version.method,
+    resource: version.resource,
+  };
 };
 
 /** Parameters of a search, as they come (query string or form). */
@@ -179,8 +255,25 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
 };
 
 /** The version of `all` (oldest first) current at `at`: the last one recorded at or before it. */
-const currentAt = (all: readonly Version[], at: Date): Version | undefined =>
+const currentAt = <V extends Version>(all: readonly V[], at: Date): V | undefined =>
   all.filter((v) => Date.parse(v.at) <= at.getTime()).at(-1);
+
+/**
+ * The versions a history shows of one resource, newest first: with `_at` the one current at that
+ * instant, else those recorded at or after `_since` (all without it) — of these, the ones the
+ * caller may read as they stood. A version the caller may not read is left out, never replaced
+ * by an older one.
+ */
+const shownVersions = (
+  principal: Principal,
+  all: readonly StoredVersion[],
+  params: HistoryParams,
+): Version[] => {
+  const chosen = params.at
+    ? [currentAt(all, params.at)].filter((v): v is StoredVersion => v !== undefined)
+    : all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime());
+  return visibleVersions(principal, chosen).reverse();
+};
 
 /** A page of history entries, newest first, and the `_cursor`s of the next and previous pages. */
 export interface HistoryPage {
@@ -193,7 +286,9 @@ export interface HistoryPage {
 /**
  * Instance history, one page (FHIR R5 http.html#history): versions newest first; `_since` keeps
  * those recorded at or after it; `_at` keeps the one current at that instant (none when the
- * resource did not exist yet; its deletion when it was deleted then).
+ * resource did not exist yet; its deletion when it was deleted then). Only a resource the caller
+ * may read now has a history for it, and of it only the versions the caller may read as they
+ * stood (docs/interface.md §4.3 rule 11).
  * @throws {DomainError} 404 unknown, 403 scopes, 400 parameters.
  */
 export const instanceHistory = async (
@@ -205,13 +300,8 @@ export const instanceHistory = async (
   query: SearchParams,
 ): Promise<HistoryPage> => {
   const params = parseHistory(query);
-  const all = await versions(sql, store, principal, def, id);
-  let chosen: Version[];
-  if (params.at) {
-    const version = currentAt(all, params.at);
-    chosen = version ? [version] : [];
-  } else chosen = all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime());
-  const newestFirst = chosen.reverse();
+  await existingVisible(sql, principal, def.type, id);
+  const newestFirst = shownVersions(principal, await storedVersions(store, def, id), params);
   const { after, before } = params;
   let page: Version[];
   if (before !== undefined) {
@@ -236,7 +326,8 @@ export const instanceHistory = async (
 /**
  * Type-level history, one page (FHIR R5 http.html#history): the resources of the type the caller
  * may read (deleted ones too), `_count` resources per page in id order, each with its versions
- * newest first — or, with `_at`, the version current at that instant. The page is keyed by
+ * newest first — or, with `_at`, the version current at that instant —, of these the versions the
+ * caller may read as they stood (a resource with none is on no page). The page is keyed by
  * resource id (`_cursor`), so writes between pages never shift it.
  * @throws {DomainError} 403 no read scope on the type, 400 parameters.
  */
@@ -251,13 +342,10 @@ export const typeHistory = async (
   const params = parseHistory(query);
   const backwards = params.before !== undefined;
   /** The versions of a resource this history shows (none: it is not on any page). */
-  const shown = async (row: ReturnType<typeof rowOf>): Promise<Version[]> => {
-    if (!isAllowed(principal, 'r', targetOf(row))) return [];
+  const shown = async (row: ResourceRow): Promise<Version[]> => {
+    if (!visibleTo(principal, targetOf(row))) return [];
     if (params.since && row.lastUpdated.getTime() < params.since.getTime()) return [];
-    const all = await versions(sql, store, principal, def, row.id);
-    return params.at
-      ? [currentAt(all, params.at)].filter((v): v is Version => v !== undefined)
-      : all.filter((v) => !params.since || Date.parse(v.at) >= params.since.getTime()).reverse();
+    return shownVersions(principal, await storedVersions(store, def, row.id), params);
   };
   // Resources in id order from the cursor (descending for a previous page), `_count` of them, and
   // whether one more lies beyond the page.
@@ -572,7 +660,7 @@ export const search = async (
         backward,
         limit: Math.max(CHUNK, count + 1),
       });
-      for (const row of chunk) if (isAllowed(principal, 's', targetOf(row))) found.push(row);
+      found.push(...visibleRows(principal, chunk, 's'));
       if (chunk.length < Math.max(CHUNK, count + 1) || found.length > count) break;
       after = chunk.at(-1)!.key;
     }
@@ -592,12 +680,17 @@ export const search = async (
       ? make('p', page[0] ?? undefined)
       : undefined;
   let total: number | undefined;
-  if (parsed.total === 'estimate') total = await countResources(sql, def.type, principal.tenantId, query);
-  else if (parsed.total === 'accurate' && count > 0 && !cursor && !more) {
+  // A count before scopes is an estimate only for a caller whose scopes hide no resource of the
+  // type; for any other it would tell which identifiers exist (docs/interface.md §4.3 rule 10),
+  // so its estimate is the accurate total.
+  const mode =
+    parsed.total === 'estimate' && !coversEveryResource(principal, 's', def.type) ? 'accurate' : parsed.total;
+  if (mode === 'estimate') total = await countResources(sql, def.type, principal.tenantId, query);
+  else if (mode === 'accurate' && count > 0 && !cursor && !more) {
     // A first page that holds every match the caller may see (the common search by identifier):
     // its length is the total, without reading the matches again.
     total = page.length;
-  } else if (parsed.total === 'accurate') {
+  } else if (mode === 'accurate') {
     // Every match the caller may see (scopes can hide rows a count would include).
     total = 0;
     let from: SearchKey | undefined;
@@ -607,7 +700,7 @@ export const search = async (
         ...(from ? { after: from } : {}),
         limit: 1000,
       });
-      total += chunk.filter((row) => isAllowed(principal, 's', targetOf(row))).length;
+      total += visibleRows(principal, chunk, 's').length;
       if (chunk.length < 1000) break;
       from = chunk.at(-1)!.key;
     }
@@ -624,12 +717,11 @@ export const search = async (
       ),
     ];
     if (ids.length === 0) continue;
-    for (const row of await searchResources(sql, target, principal.tenantId, { ids, limit: 1000 }))
-      if (
-        isAllowed(principal, 'r', targetOf(row)) &&
-        !included.some((i) => i.resourceType === row.resourceType && i.id === row.id)
-      )
-        included.push(row);
+    for (const row of visibleRows(
+      principal,
+      await searchResources(sql, target, principal.tenantId, { ids, limit: 1000 }),
+    ))
+      if (!included.some((i) => i.resourceType === row.resourceType && i.id === row.id)) included.push(row);
   }
   return { matches: page, total, included, next, previous };
 };
@@ -713,12 +805,10 @@ export const everything = async (
         })
       : []),
   ];
-  const all = [patient, ...rows, ...referenced]
-    .filter((row) => isAllowed(principal, 'r', targetOf(row)))
-    .sort(
-      (a, b) =>
-        EVERYTHING_ORDER.indexOf(a.resourceType) - EVERYTHING_ORDER.indexOf(b.resourceType) || a.id - b.id,
-    );
+  const all = visibleRows(principal, [patient, ...rows, ...referenced]).sort(
+    (a, b) =>
+      EVERYTHING_ORDER.indexOf(a.resourceType) - EVERYTHING_ORDER.indexOf(b.resourceType) || a.id - b.id,
+  );
   const countText = Array.isArray(params._count) ? params._count[0] : params._count;
   const count = countText === undefined ? DEFAULT_EVERYTHING_COUNT : Number(countText);
   if (!Number.isInteger(count) || count < 1)
@@ -757,7 +847,12 @@ export const everything = async (
       ? Buffer.from(`${EVERYTHING_ORDER.indexOf(last.resourceType)}-${last.id}`).toString('base64url')
       : undefined;
   return {
-    rows: loaded.filter((row): row is ResourceRow => row !== undefined && !row.deleted),
+    // Judged again as read: a row changed since the compartment was listed (moved to another
+    // patient) is shown only if the caller may still read it.
+    rows: visibleRows(
+      principal,
+      loaded.filter((row): row is ResourceRow => row !== undefined && !row.deleted),
+    ),
     total: all.length,
     next,
   };

@@ -1,8 +1,9 @@
 /**
  * The layers of docs/architecture.md "Layers", checked on the source's imports (static and
  * dynamic, read by TypeScript's own pre-processor): the domain, the commands and the projections
- * know nothing of HTTP; only the event store's own module picks an adapter; the app host, the SDC
- * host and the launcher call commands, never the FHIR router.
+ * know nothing of HTTP; only the event store's own module picks an adapter; the hosts read
+ * resources through the query layer; the app host, the SDC host and the launcher call commands,
+ * never the FHIR router.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -71,6 +72,19 @@ describe('layers (docs/architecture.md "Layers")', () => {
         (i) => i === 'eventstore/sql-event-store.ts' || i === 'eventstore/kurrentdb-event-store.ts',
       ),
     ).to.deep.equal([]);
+  });
+
+  it('the hosts read resources through the query layer, which shows a caller only what it may see', () => {
+    // src/queries/visibility.ts holds the one rule (docs/architecture.md "Security"); a route that
+    // read the resources read model itself could forget it (issue 33: the report editor did).
+    expect(
+      edges(
+        (f) => f.startsWith('http/'),
+        (i) => i === 'projections/resources.ts',
+      ),
+    ).to.deep.equal([]);
+    expect(GRAPH.get('queries/fhir.ts')).to.include('queries/visibility.ts');
+    expect(GRAPH.get('http/app/editor.ts')).to.include('queries/visibility.ts');
   });
 
   it('only the host wiring mounts the FHIR router; the app, SDC and launch hosts call commands', () => {

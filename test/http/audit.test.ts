@@ -350,6 +350,34 @@ for (const database of testDatabases) {
       expect(one.body.id).to.equal(ids[0]);
     });
 
+    it('pages newest first in numeric order across a power of ten of the view (999 → 1000)', async () => {
+      const patient = await newPatient();
+      // The view numbers its rows (`seq`); put the next ones just below a power of ten.
+      const [{ max }] = (await app.casebook.sql.query<{ max: string }>(
+        `SELECT coalesce(max(seq), 0)::text AS max FROM rm_audit_events`,
+      )) as [{ max: string }];
+      const below = 10 ** String(Number(max) + 10).length - 6;
+      await app.casebook.sql.query(`SELECT setval(pg_get_serial_sequence('rm_audit_events', 'seq'), $1)`, [
+        below,
+      ]);
+      const before = (await app.allEvents({ audit: true })).length;
+      for (let i = 0; i < 12; i++)
+        expect((await fhir(app, 'GET', `/Patient/${patient.id}`)).status).to.equal(200);
+      const recorded = (await auditEventsSince(before)).map((a) => a.id as string);
+      expect(recorded).to.have.length(12);
+      const ids: string[] = [];
+      let page = await search(`patient=${patient.id}&action=R&_count=5`);
+      for (;;) {
+        expect(page.status).to.equal(200);
+        expect(page.body.total).to.equal(12);
+        ids.push(...page.body.entry.map((e: any) => e.resource.id as string));
+        const next = page.body.link.find((l: any) => l.relation === 'next')?.url as string | undefined;
+        if (!next) break;
+        page = await fhir(app, 'GET', next.slice(next.indexOf('/AuditEvent')), { auth: AUDITOR });
+      }
+      expect(ids, 'each record once, the newest first').to.deep.equal([...recorded].reverse());
+    });
+
     it('lets only clients with AuditEvent scopes read the audit trail, never a session', async () => {
       expect((await search('action=R')).status).to.equal(200);
       // system/*.* covers AuditEvent for an API client.

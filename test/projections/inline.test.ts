@@ -22,6 +22,7 @@ import { sessionsProjection } from '../../src/projections/sessions.js';
 import { createResourcePastApi } from '../support/commands.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';
+import { oidOf } from '../support/read-models.js';
 import { recordingSql } from '../support/sql.js';
 
 const logger = pino({ level: 'silent' });
@@ -427,22 +428,20 @@ for (const db of testDatabases) {
         };
         return { projection, fix };
       }
+      // The fix is a new version of the function, as a release with the bug fixed would bring: a
+      // rebuild's schema gets the version of the code that runs it.
+      let broken = true;
+      const definition = () =>
+        `CREATE OR REPLACE FUNCTION test_fragile_apply(batch json) RETURNS integer LANGUAGE plpgsql AS $fn$
+         BEGIN
+           ${broken ? `IF strpos(batch::text, 'poison') > 0 THEN RAISE EXCEPTION 'cannot apply this event' USING ERRCODE = '22023'; END IF;` : ''}
+           RETURN ${inline.function}(batch);
+         END $fn$`;
       const projection: Projection = {
         ...resourcesProjection,
         migrate: async (sql) => {
           await resourcesProjection.migrate(sql);
-          await sql.exec(`CREATE TABLE IF NOT EXISTS test_fragile_fixed (fixed boolean)`);
-          await defineFunction(
-            sql,
-            'test_fragile_apply',
-            `CREATE OR REPLACE FUNCTION test_fragile_apply(batch json) RETURNS integer LANGUAGE plpgsql AS $fn$
-             BEGIN
-               IF strpos(batch::text, 'poison') > 0 AND NOT EXISTS (SELECT 1 FROM test_fragile_fixed) THEN
-                 RAISE EXCEPTION 'cannot apply this event' USING ERRCODE = '22023';
-               END IF;
-               RETURN ${inline.function}(batch);
-             END $fn$`,
-          );
+          await defineFunction(sql, 'test_fragile_apply', definition());
         },
         inline: { function: 'test_fragile_apply', argument: inline.argument },
         apply: async (events, tx) => {
@@ -452,7 +451,10 @@ for (const db of testDatabases) {
       };
       return {
         projection,
-        fix: (sql: Sql) => sql.exec(`INSERT INTO test_fragile_fixed VALUES (true)`),
+        fix: async (sql: Sql) => {
+          broken = false;
+          await defineFunction(sql, 'test_fragile_apply', definition());
+        },
       };
     };
 
@@ -505,7 +507,7 @@ for (const db of testDatabases) {
         expect(await createPatient(ctx)).to.be.a('number');
       });
 
-    it('rebuilds in pages: a projection that fails stops at its event, the others are built past it', async () => {
+    it('rebuilds in pages: a projection whose build stops on an event keeps its live read model, the others are swapped in', async () => {
       // Pages of 5: most pages are applied outside the append lock (the next one read meanwhile on
       // Postgres), the last ones under it.
       let broken = false;
@@ -526,15 +528,21 @@ for (const db of testDatabases) {
       await store.append('Patient-999999', [poison], 'no_stream');
       const sessions: number[] = [];
       for (let i = 0; i < 12; i++) sessions.push(await createSession(ctx));
+      const tables = {
+        resources: await oidOf(sql, 'rm_resources'),
+        sessions: await oidOf(sql, 'rm_sessions'),
+      };
 
       broken = true;
-      await runner.rebuild();
-      const stopped = await state(sql, 'resources');
-      expect(stopped.status).to.equal('stopped');
-      expect(stopped.detail).to.deep.include({ stream: 'Patient-999999', eventId: poisonId });
-      expect(await patientIds(sql)).to.deep.equal(before);
-      for (const name of ['tenants', 'api_clients', 'sessions', 'export-outbox', 'audit-events'])
+      const { stopped } = await runner.rebuild();
+      expect([...stopped.keys()]).to.deep.equal(['resources']);
+      expect(stopped.get('resources')).to.deep.include({ stream: 'Patient-999999', eventId: poisonId });
+      // The live resources read model was kept (the poison event applied before the code broke).
+      expect(await oidOf(sql, 'rm_resources')).to.equal(tables.resources);
+      expect(await patientIds(sql)).to.deep.equal([...before, 999_999]);
+      for (const name of ['tenants', 'api_clients', 'sessions', 'resources', 'export-outbox', 'audit-events'])
         expect((await state(sql, name)).status, name).to.equal('live');
+      expect(await oidOf(sql, 'rm_sessions')).to.not.equal(tables.sessions);
       const rows = await sql.query<{ id: number }>(`SELECT id FROM rm_sessions ORDER BY id`);
       expect(rows.map((r) => Number(r.id))).to.deep.equal(sessions);
     });
@@ -579,7 +587,7 @@ for (const db of testDatabases) {
       const writes = Promise.all(Array.from({ length: 10 }, () => createPatient(ctx)));
       const rebuilt = runner.rebuild((read) => progress.push(read));
       const during = await writes;
-      const read = await rebuilt;
+      const { read } = await rebuilt;
 
       for (const name of ['tenants', 'api_clients', 'sessions', 'resources', 'export-outbox', 'audit-events'])
         expect((await state(sql, name)).status, name).to.equal('live');
@@ -623,7 +631,7 @@ for (const db of testDatabases) {
         return readAll(options);
       };
 
-      const read = await runner.rebuild();
+      const { read } = await runner.rebuild();
 
       expect(await patientIds(sql)).to.deep.equal(patients);
       for (const name of ['tenants', 'api_clients', 'sessions', 'resources', 'export-outbox', 'audit-events'])
@@ -668,7 +676,11 @@ for (const db of testDatabases) {
       const settled = calls.length;
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect(calls.length, 'applies after the rebuild failed').to.equal(settled);
-      expect((await state(sql, 'resources')).status).to.equal('building');
+      // The live read models were never touched, and the rebuild's schema is gone.
+      expect((await state(sql, 'resources')).status).to.equal('live');
+      expect((await patientIds(sql)).length).to.equal(12);
+      const leftovers = await sql.query(`SELECT 1 FROM pg_namespace WHERE nspname LIKE 'cb_rebuild_%'`);
+      expect(leftovers).to.deep.equal([]);
 
       // The next run builds it (the cause gone).
       failing = false;

@@ -815,7 +815,7 @@ for (const db of testDatabases) {
         expect(await dumpAll(h.sql)).to.not.deep.equal(before);
 
         const progress: number[] = [];
-        expect(await runner.rebuild((applied) => progress.push(applied))).to.equal(LOG_LENGTH);
+        expect((await runner.rebuild((applied) => progress.push(applied))).read).to.equal(LOG_LENGTH);
 
         expect(progress).to.deep.equal([LOG_LENGTH]);
         expect(await dumpAll(h.sql)).to.deep.equal(before);

@@ -8,11 +8,12 @@ import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import type { CommandContext } from '../../commands/context.js';
 import { DomainError } from '../../domain/decider.js';
-import { isAllowed, type Principal, targetOf } from '../../fhir/access.js';
+import { type Principal, targetOf } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
+import { taskLinks } from '../../fhir/definitions.js';
 import { referenceId as fhirReferenceId, resourceIdIn } from '../../fhir/references.js';
-import { type ResourceRow, readResource } from '../../projections/resources.js';
 import type { SessionRow } from '../../projections/sessions.js';
+import { type ResourceRow, readVisible, visibleTo } from '../../queries/visibility.js';
 import { noteAudit } from '../audit.js';
 import { sessionFromCookie } from '../auth/sessions.js';
 import { sessionPrincipal } from '../fhir/principal.js';
@@ -95,62 +96,54 @@ export const carriedInputs = (carry: URLSearchParams): string =>
 export const referenceId = (reference: unknown, type: string): number | undefined =>
   fhirReferenceId(reference, type, { absolute: true });
 
-/** The Task `id` of the tenant the session may read. @throws {DomainError} 404 / 403. */
-export const loadTask = async (page: PageContext, rawId: string | undefined): Promise<ResourceRow> => {
+/** A Task the session opened, with the live resources it shows (each read once). */
+export interface OpenedTask {
+  readonly task: ResourceRow;
+  readonly patient: ResourceRow | undefined;
+  readonly encounter: ResourceRow | undefined;
+  /** Its QuestionnaireResponse (`focus`, else an output), the report the editor opens. */
+  readonly response: ResourceRow | undefined;
+}
+
+/**
+ * Opens a Task for the session (docs/interface.md §3.2): the Task and everything a page of it
+ * shows — its Patient, its Encounter and its report — must each be readable by the session
+ * (src/queries/visibility.ts; issue 33: a Task of this session's patient pointing at another
+ * patient's report opens nothing). They are read here, once, for the page.
+ * @throws {DomainError} 403 when the session may not read the Task or one of them.
+ */
+export const openTask = async (page: PageContext, task: ResourceRow): Promise<OpenedTask> => {
+  if (!visibleTo(page.principal, targetOf(task)))
+    throw new DomainError(
+      'forbidden',
+      'ScopeNotGranted',
+      `this session's scopes do not allow reading Task/${task.id}`,
+    );
+  const { patientId, encounterId, responseId } = taskLinks(task.resource);
+  const read = (type: 'Patient' | 'Encounter' | 'QuestionnaireResponse', id: number | undefined) =>
+    id === undefined ? undefined : readVisible(page.command.sql, page.principal, type, id);
+  const live = (row: ResourceRow | undefined) => (row && !row.deleted ? row : undefined);
+  const [patient, encounter, response] = await Promise.all([
+    read('Patient', patientId),
+    read('Encounter', encounterId),
+    read('QuestionnaireResponse', responseId),
+  ]);
+  return { task, patient: live(patient), encounter: live(encounter), response: live(response) };
+};
+
+/** The Task `id` of the tenant, opened for the session ({@link openTask}). @throws {DomainError} 404 / 403. */
+export const loadTask = async (page: PageContext, rawId: string | undefined): Promise<OpenedTask> => {
   const id = rawId === undefined ? undefined : resourceIdIn(rawId);
-  const row =
-    id === undefined ? undefined : await readResource(page.command.sql, 'Task', id, page.session.tenantId);
+  const row = id === undefined ? undefined : await readVisible(page.command.sql, page.principal, 'Task', id);
   if (!row || row.deleted)
     throw new DomainError(
       'not_found',
       'TaskNotFound',
       `Task/${rawId ?? ''} is not known in this data tenant`,
     );
-  await authorizeTask(page, row);
+  const opened = await openTask(page, row);
   page.note([{ reference: `Task/${row.id}`, patientId: row.patientId }]);
-  return row;
-};
-
-/**
- * The Task, its patient and encounter must be within the session's read scopes.
- * @throws {DomainError} forbidden.
- */
-export const authorizeTask = async (page: PageContext, task: ResourceRow): Promise<void> => {
-  const forbidden = (what: string) =>
-    new DomainError('forbidden', 'ScopeNotGranted', `this session's scopes do not allow reading ${what}`);
-  if (!isAllowed(page.principal, 'r', targetOf(task))) throw forbidden(`Task/${task.id}`);
-  for (const [type, element] of [
-    ['Patient', 'for'],
-    ['Encounter', 'encounter'],
-  ] as const) {
-    const id = referenceId(task.resource[element], type);
-    if (id === undefined) continue;
-    const row = await readResource(page.command.sql, type, id, page.session.tenantId);
-    if (row && !row.deleted && !isAllowed(page.principal, 'r', targetOf(row)))
-      throw forbidden(`${type}/${id}`);
-  }
-};
-
-/** The Task's patient resource (read model), when it has one. */
-export const taskPatient = async (
-  page: PageContext,
-  task: ResourceRow,
-): Promise<Record<string, unknown> | undefined> => {
-  const id = referenceId(task.resource.for, 'Patient');
-  if (id === undefined) return undefined;
-  const row = await readResource(page.command.sql, 'Patient', id, page.session.tenantId);
-  return row && !row.deleted ? row.resource : undefined;
-};
-
-/** The QuestionnaireResponse id of a Task: `focus`, else an output valueReference. */
-export const responseIdOf = (task: Record<string, unknown>): number | undefined => {
-  const focus = referenceId(task.focus, 'QuestionnaireResponse');
-  if (focus !== undefined) return focus;
-  for (const output of Array.isArray(task.output) ? (task.output as Record<string, unknown>[]) : []) {
-    const id = referenceId(output?.valueReference, 'QuestionnaireResponse');
-    if (id !== undefined) return id;
-  }
-  return undefined;
+  return opened;
 };
 
 /** The top bar's context: patient name and birth date. */

@@ -9,7 +9,7 @@ import { execute } from '../../commands/handler.js';
 import { saveReport } from '../../commands/reports.js';
 import { checkRedirect, readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
-import { type ResourceRow, readResource } from '../../projections/resources.js';
+import { type ResourceRow, readIfVisible } from '../../queries/visibility.js';
 import { defineForm, type FormDefinition, runForm } from '../../sdc/engine/index.js';
 import { membersOf, resolveAnswerValueSets, type ValueSetMembers } from '../../sdc/engine/valuesets.js';
 import { expandValueSet } from '../../sdc/expand.js';
@@ -25,9 +25,7 @@ import {
   pageContext,
   patientBanner,
   referenceId,
-  responseIdOf,
   sendHtml,
-  taskPatient,
   withQuery,
 } from './context.js';
 import { type EditorData, evaluateEditorForm } from './editor-form.js';
@@ -45,6 +43,8 @@ import { itemAnchor, renderItems, scriptJson } from './render.js';
 
 interface Report {
   readonly task: ResourceRow;
+  /** The Task's live Patient, for the top bar. */
+  readonly patient: ResourceRow | undefined;
   readonly response: ResourceRow;
   readonly questionnaire: Questionnaire;
   readonly form: FormDefinition;
@@ -91,31 +91,31 @@ const choicesOf = (
   return choices;
 };
 
-/** Loads the Task, its response and the response's Questionnaire. @throws {DomainError} 404/403/422. */
+/**
+ * Loads the Task, its response and the response's Questionnaire, each as the session may see it
+ * (`openTask`, src/queries/visibility.ts): a Task of this session's patient that points at another
+ * patient's report opens nothing (issue 33).
+ * @throws {DomainError} 404 unknown Task, 403 a Task, Patient, Encounter or response the session
+ *   may not read, 422 no response or no form.
+ */
 const loadReport = async (
   page: PageContext,
   casebook: Casebook,
   taskId: string | undefined,
 ): Promise<Report> => {
-  const task = await loadTask(page, taskId);
+  const { task, patient, response } = await loadTask(page, taskId);
   if (task.resource.status === 'failed')
     throw new DomainError('unprocessable', 'TaskFailed', `Task/${task.id} has failed and cannot be opened`);
-  const responseId = responseIdOf(task.resource);
-  const response =
-    responseId === undefined
-      ? undefined
-      : await readResource(page.command.sql, 'QuestionnaireResponse', responseId, page.session.tenantId);
-  if (!response || response.deleted)
+  if (!response)
     throw new DomainError('unprocessable', 'NoResponse', `Task/${task.id} has no questionnaire response yet`);
   page.note([{ reference: `QuestionnaireResponse/${response.id}`, patientId: response.patientId }]);
   const resolve = tenantResolver(casebook, page.principal);
   const canonical = String(response.resource.questionnaire ?? '');
   let questionnaire = canonical ? await resolve('Questionnaire', canonical) : undefined;
   const localId = referenceId({ reference: canonical }, 'Questionnaire');
-  if (!questionnaire && localId !== undefined) {
-    const row = await readResource(page.command.sql, 'Questionnaire', localId, page.session.tenantId);
-    if (row && !row.deleted) questionnaire = row.resource as Json;
-  }
+  if (!questionnaire && localId !== undefined)
+    questionnaire = (await readIfVisible(page.command.sql, page.principal, 'Questionnaire', localId))
+      ?.resource as Json | undefined;
   if (!questionnaire)
     throw new DomainError(
       'unprocessable',
@@ -123,13 +123,13 @@ const loadReport = async (
       `the form of this report (${canonical || 'none'}) is not available to you`,
     );
   const q = questionnaire as unknown as Questionnaire;
-  const resolved = await resolveAnswerValueSets(q, formResolver(casebook, page.session.tenantId, q));
+  const resolved = await resolveAnswerValueSets(q, formResolver(casebook, page.principal, q));
   const choices = withStoredChoices(
     choicesOf(q, resolved, page.command.now),
     (response.resource as unknown as QuestionnaireResponse).item,
   );
   const valueSets = new Map([...resolved].map(([canonical, valueSet]) => [canonical, membersOf(valueSet)]));
-  return { task, response, questionnaire: q, form: defineForm(q), choices, valueSets };
+  return { task, patient, response, questionnaire: q, form: defineForm(q), choices, valueSets };
 };
 
 const STATUS_LABELS: Record<string, string> = {
@@ -165,8 +165,7 @@ const renderEditor = async (
   view: EditorView,
   status: number,
 ) => {
-  const { task, response, questionnaire, form, choices, valueSets } = report;
-  const patient = await taskPatient(page, task);
+  const { task, patient, response, questionnaire, form, choices, valueSets } = report;
   const qrStatus = String(response.resource.status ?? '');
   const items = renderItems(questionnaire.item, view.page.item, {
     readonly: page.readonly,
@@ -224,7 +223,7 @@ const renderEditor = async (
     layout({
       title,
       chrome: page.chrome,
-      topBar: patientBanner(patient),
+      topBar: patientBanner(patient?.resource),
       body,
       ...(assets ? { scripts: assets.scripts } : {}),
     }),

@@ -7,9 +7,8 @@ import type { Casebook } from '../../casebook.js';
 import { execute } from '../../commands/handler.js';
 import { startReport } from '../../commands/reports.js';
 import { DomainError } from '../../domain/decider.js';
-import { isAllowed, targetOf } from '../../fhir/access.js';
 import { resourceIdIn } from '../../fhir/references.js';
-import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
+import { findVisible, type ResourceRow, readIfVisible } from '../../queries/visibility.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
 import { evaluationBudget } from '../edge/budget.js';
@@ -19,17 +18,15 @@ import {
   type PageContext,
   pageContext,
   patientBanner,
-  referenceId,
   sendHtml,
-  taskPatient,
   withQuery,
 } from './context.js';
 import { escapeHtml, layout } from './layout.js';
 
-/** The Questionnaires of the tenant the session may read, newest first per url. */
+/** The Questionnaires of the tenant the session may read, but retired ones, by id. */
 export const usableQuestionnaires = async (page: PageContext): Promise<ResourceRow[]> =>
-  (await searchResources(page.command.sql, 'Questionnaire', page.session.tenantId, { limit: 1000 })).filter(
-    (row) => row.resource.status !== 'retired' && isAllowed(page.principal, 'r', targetOf(row)),
+  (await findVisible(page.command.sql, page.principal, 'Questionnaire', { limit: 1000 })).filter(
+    (row) => row.resource.status !== 'retired',
   );
 
 /** Refuses a cross-site form post (the Strict cookie already keeps other sites out). */
@@ -49,8 +46,7 @@ const titleOf = (q: Record<string, unknown>): string =>
 /** GET {app_url}/tasks/:id/forms. */
 export const formSelection = async (ctx: Context, casebook: Casebook): Promise<void> => {
   const page = await pageContext(ctx, casebook);
-  const task = await loadTask(page, ctx.params.id);
-  const patient = await taskPatient(page, task);
+  const { task, patient } = await loadTask(page, ctx.params.id);
   const questionnaires = await usableQuestionnaires(page);
   const appUrl = casebook.config.appUrl.replace(/\/+$/, '');
   const list =
@@ -75,7 +71,7 @@ export const formSelection = async (ctx: Context, casebook: Casebook): Promise<v
     layout({
       title: 'Choose a report form',
       chrome: page.chrome,
-      topBar: patientBanner(patient),
+      topBar: patientBanner(patient?.resource),
       body: `<main id="main"><div class="card">
 <h1>Choose a report form</h1>
 <p class="hint">${
@@ -93,7 +89,8 @@ export const formSelection = async (ctx: Context, casebook: Casebook): Promise<v
 export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void> => {
   checkOrigin(ctx, casebook);
   const page = await pageContext(ctx, casebook);
-  const task = await loadTask(page, ctx.params.id);
+  const opened = await loadTask(page, ctx.params.id);
+  const { task } = opened;
   if (task.resource.status !== 'draft')
     throw new DomainError(
       'conflict',
@@ -104,18 +101,16 @@ export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void
   const qid = typeof raw === 'string' ? resourceIdIn(raw) : undefined;
   if (qid === undefined)
     throw new DomainError('invalid', 'QuestionnaireRequired', 'choose a form (questionnaire=<id>)');
-  const qrow = await readResource(page.command.sql, 'Questionnaire', qid, page.session.tenantId);
-  if (!qrow || qrow.deleted || !isAllowed(page.principal, 'r', targetOf(qrow)))
+  const qrow = await readIfVisible(page.command.sql, page.principal, 'Questionnaire', qid);
+  if (!qrow)
     throw new DomainError('not_found', 'QuestionnaireNotFound', `no form ${qid} is available to you`);
 
-  const read = async (type: 'Patient' | 'Encounter' | 'Practitioner', id: number | undefined) => {
-    if (id === undefined) return undefined;
-    const row = await readResource(page.command.sql, type, id, page.session.tenantId);
-    return row && !row.deleted ? (row.resource as Json) : undefined;
-  };
-  const patient = await read('Patient', referenceId(task.resource.for, 'Patient'));
-  const encounter = await read('Encounter', referenceId(task.resource.encounter, 'Encounter'));
-  const user = await read('Practitioner', page.session.userId);
+  // The launch context of the form: what the session may read (the Task's Patient and Encounter,
+  // read when the Task was opened; the session user's own Practitioner).
+  const patient = opened.patient?.resource as Json | undefined;
+  const encounter = opened.encounter?.resource as Json | undefined;
+  const user = (await readIfVisible(page.command.sql, page.principal, 'Practitioner', page.session.userId))
+    ?.resource as Json | undefined;
   const { response } = await populate({
     budget: evaluationBudget(ctx),
     questionnaire: qrow.resource as unknown as Questionnaire,

@@ -7,10 +7,10 @@ import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
 import { idInReference, resourceIdIn } from '../../fhir/references.js';
 import { tokenOf } from '../../fhir/resources.js';
-import { type ResourceRow, readResource, searchResources } from '../../projections/resources.js';
+import { findVisible, type ResourceRow, readVisible } from '../../queries/visibility.js';
 import { SESSION_COOKIE } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';
-import { authorizeTask, pageContext, responseIdOf, sendHtml, withQuery } from './context.js';
+import { openTask, type PageContext, pageContext, sendHtml, withQuery } from './context.js';
 import { escapeHtml } from './layout.js';
 
 /** Query marker of the one same-site re-request. */
@@ -35,8 +35,13 @@ const bouncePage = (url: string): string => `<!doctype html>
 <body><p>Opening the report…</p><p><a href="${escapeHtml(url)}">Continue</a></p>
 <script>location.replace(${JSON.stringify(url).replace(/</g, '\\u003c')});</script></body></html>`;
 
-/** Finds the Task the launch names. @throws {DomainError} 400 / 404 / 409. */
-const findTask = async (ctx: Context, casebook: Casebook, tenantId: number): Promise<ResourceRow> => {
+/**
+ * Finds the Task the launch names, as the session may see it: by id (403 when the session may not
+ * read it), or by identifier among the Tasks the session may read (one it may not read is not
+ * found, as an unknown identifier).
+ * @throws {DomainError} 400 / 403 / 404 / 409.
+ */
+const findTask = async (ctx: Context, page: PageContext): Promise<ResourceRow> => {
   const query = ctx.query as Record<string, string | string[] | undefined>;
   const task = one(query.task, 'task');
   const identifier = one(query['task:identifier'], 'task:identifier');
@@ -56,7 +61,7 @@ const findTask = async (ctx: Context, casebook: Casebook, tenantId: number): Pro
         `task must be a reference such as Task/123, not ${task}`,
         'task',
       );
-    const row = await readResource(casebook.sql, 'Task', id, tenantId);
+    const row = await readVisible(page.command.sql, page.principal, 'Task', id);
     if (!row || row.deleted)
       throw new DomainError('not_found', 'TaskNotFound', `Task/${id} is not known in this data tenant`);
     return row;
@@ -69,7 +74,10 @@ const findTask = async (ctx: Context, casebook: Casebook, tenantId: number): Pro
       'task:identifier must be <system>|<value> (URL-encoded, the bar as %7C)',
       'task:identifier',
     );
-  const rows = await searchResources(casebook.sql, 'Task', tenantId, { identifiers: [token], limit: 2 });
+  const rows = await findVisible(page.command.sql, page.principal, 'Task', {
+    identifiers: [token],
+    limit: 2,
+  });
   if (rows.length === 0)
     throw new DomainError('not_found', 'TaskNotFound', 'no Task with this identifier in this data tenant');
   if (rows.length > 1)
@@ -99,8 +107,9 @@ export const launch = async (ctx: Context, casebook: Casebook): Promise<void> =>
     return;
   }
   const page = await pageContext(ctx, casebook);
-  const task = await findTask(ctx, casebook, page.session.tenantId);
-  await authorizeTask(page, task);
+  // Opening checks the Task, its Patient, Encounter and report: a Task the editor could not show
+  // is refused here, not after a redirect.
+  const { task, response } = await openTask(page, await findTask(ctx, page));
   page.note([{ reference: `Task/${task.id}`, patientId: task.patientId }]);
   const status = task.resource.status;
   const base = `${appUrl}/tasks/${task.id}`;
@@ -116,7 +125,7 @@ export const launch = async (ctx: Context, casebook: Casebook): Promise<void> =>
     ctx.redirect(withQuery(`${base}/forms`, carry));
     return;
   }
-  if (responseIdOf(task.resource) === undefined)
+  if (!response)
     throw new DomainError(
       'unprocessable',
       'NoResponse',

@@ -492,31 +492,14 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const id = idOf(def.type, ctx.params.id);
     const principal = await resolvePrincipal(ctx, casebook);
     noteAudit(ctx, { interaction: 'vread', action: 'R' });
-    const vid = resourceIdIn(ctx.params.vid ?? '');
-    const version =
-      vid === undefined
-        ? undefined
-        : (await queries.versions(casebook.sql, casebook.store, principal, def, id)).find(
-            (v) => v.versionId === vid,
-          );
-    if (!version)
-      throw new DomainError(
-        'not_found',
-        'VersionNotFound',
-        `${def.type}/${id} has no version ${ctx.params.vid ?? ''}`,
-        undefined,
-        {
-          issueCode: 'not-found',
-        },
-      );
-    if (!version.resource)
-      throw new DomainError(
-        'gone',
-        'ResourceDeleted',
-        `version ${vid} of ${def.type}/${id} is its deletion`,
-        undefined,
-        { issueCode: 'deleted' },
-      );
+    const version = await queries.vread(
+      casebook.sql,
+      casebook.store,
+      principal,
+      def,
+      id,
+      resourceIdIn(ctx.params.vid ?? ''),
+    );
     noteAudit(ctx, { entities: [versionsEntity(def.type, id, [version])] });
     sendResource(ctx, 200, version.resource, version.versionId, version.at);
   });

@@ -16,12 +16,11 @@ import { type LaunchOutcome, launch } from '../../commands/launch.js';
 import { verifySecret } from '../../commands/secrets.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
-import { isAllowed, targetOf } from '../../fhir/access.js';
 import { idInReference } from '../../fhir/references.js';
 import { type ExportStatus, exportStatus } from '../../integration/export/status.js';
 import { REFUSAL_TEXT, verifyLaunch } from '../../integration/launch-signature.js';
 import { LaunchError, parseLaunchParams } from '../../integration/launcher.js';
-import { readResource } from '../../projections/resources.js';
+import { readVisible } from '../../queries/visibility.js';
 import { escapeHtml, layout } from '../app/layout.js';
 import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { globalRedirectOrigins, sessionFromCookie } from '../auth/sessions.js';
@@ -231,15 +230,14 @@ export const launchRouter = (casebook: Casebook): Router => {
     // Only the submitting user's session, or a session of the same tenant whose scopes cover the
     // response, sees its state (issue 15); another tenant learns nothing, not even that it exists.
     const session = await sessionFromCookie(ctx, casebook);
-    const row = await readResource(casebook.sql, 'QuestionnaireResponse', responseId, session.tenantId);
+    const principal = await sessionPrincipal(casebook, session);
+    const row = await readVisible(casebook.sql, principal, 'QuestionnaireResponse', responseId);
     if (!row || row.deleted)
       throw new HttpError(
         404,
         'NotFound',
         `QuestionnaireResponse/${responseId} is not known in this session's tenant`,
       );
-    if (!isAllowed(await sessionPrincipal(casebook, session), 'r', targetOf(row)))
-      throw new HttpError(403, 'ScopeNotGranted', "this session's scopes do not cover this report");
     noteAudit(ctx, {
       interaction: 'report-status',
       action: 'R',

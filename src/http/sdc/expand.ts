@@ -12,9 +12,9 @@
  */
 import type { Context } from 'koa';
 import { DomainError } from '../../domain/decider.js';
-import { authorize, targetOf } from '../../fhir/access.js';
+import { DEFINITIONS } from '../../fhir/definitions.js';
 import { idOf } from '../../fhir/resources.js';
-import { readResource } from '../../projections/resources.js';
+import { read } from '../../queries/fhir.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { CanonicalResolver, Json } from '../../sdc/types.js';
 import { requireFhirJson } from '../fhir/media.js';
@@ -254,14 +254,7 @@ export const register: RegisterOperation = (router, casebook) => {
     const request = ctx.method === 'POST' ? fromParameters(ctx.request.body, query) : query;
     let valueSet: Json;
     if (id !== undefined) {
-      const row = await readResource(casebook.sql, 'ValueSet', idOf('ValueSet', id), principal.tenantId);
-      if (!row) throw notFound(`ValueSet/${id} is not known`);
-      authorize(principal, 'r', targetOf(row));
-      if (row.deleted)
-        throw new DomainError('gone', 'ResourceDeleted', `ValueSet/${id} was deleted`, undefined, {
-          issueCode: 'deleted',
-        });
-      valueSet = row.resource;
+      valueSet = (await read(casebook.sql, principal, DEFINITIONS.ValueSet, idOf('ValueSet', id))).resource;
     } else valueSet = await valueSetOf(request, tenantResolver(casebook, principal));
     ctx.status = 200;
     ctx.type = FHIR_JSON;

@@ -10,10 +10,10 @@ import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
 import { isResourceType } from '../../domain/fhir/resource.js';
-import { authorize, type Principal, targetOf } from '../../fhir/access.js';
+import type { Principal } from '../../fhir/access.js';
 import { resourceIdIn } from '../../fhir/references.js';
 import { idOf } from '../../fhir/resources.js';
-import { readResource } from '../../projections/resources.js';
+import { readVisible } from '../../queries/visibility.js';
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
 import { noteAudit } from '../audit.js';
@@ -106,10 +106,9 @@ const readReferenced = async (
       { issueCode: 'not-supported' },
     );
   const id = resourceIdIn(parsed.id);
-  const row =
-    id === undefined ? undefined : await readResource(casebook.sql, parsed.type, id, principal.tenantId);
+  // src/queries/visibility.ts: a context resource the caller may not read is refused (403), never used.
+  const row = id === undefined ? undefined : await readVisible(casebook.sql, principal, parsed.type, id);
   if (!row || row.deleted) throw notFound(`${expression}: ${reference.reference} is not known`, expression);
-  authorize(principal, 'r', targetOf(row));
   // Issue 14: the operation read this resource; its AuditEvent names it with its patient.
   noteAudit(ctx, { entities: [{ reference: `${row.resourceType}/${row.id}`, patientId: row.patientId }] });
   return row.resource as Json;
@@ -150,9 +149,8 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
   };
   if (storedId !== undefined) {
     const id = idOf('Questionnaire', storedId);
-    const row = await readResource(casebook.sql, 'Questionnaire', id, principal.tenantId);
+    const row = await readVisible(casebook.sql, principal, 'Questionnaire', id);
     if (!row || row.deleted) throw notFound(`Questionnaire/${id} is not known`);
-    authorize(principal, 'r', targetOf(row));
     setQuestionnaire(row.resource as Questionnaire, `Questionnaire/${id}`, `Questionnaire/${id}`);
   }
 
