@@ -7,6 +7,7 @@ import cors from '@koa/cors';
 import Router from '@koa/router';
 import Koa from 'koa';
 import type { Casebook } from '../casebook.js';
+import { ASSETS_PATH } from './app/assets-route.js';
 import { sendErrorPage } from './app/error-page.js';
 import { appRouter } from './app/router.js';
 import { auditMiddleware } from './audit.js';
@@ -79,7 +80,11 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   app.use(
     auditMiddleware(
       casebook,
-      (path) => (isFhir(path) && !path.endsWith('/metadata')) || under(authPrefix, path) || isApp(path),
+      (path) =>
+        (isFhir(path) && !path.endsWith('/metadata')) ||
+        under(authPrefix, path) ||
+        // The browser bundles are static code without data (src/http/app/assets-route.ts).
+        (isApp(path) && !under(`${appPrefix}${ASSETS_PATH}`, path)),
     ),
   );
 

@@ -105,3 +105,16 @@ export const findVisible = async (
   sight: Sight = 'r',
 ): Promise<KeyedRow[]> =>
   visibleRows(principal, await searchResources(sql, type, principal.tenantId, query), sight);
+
+/**
+ * The ValueSets a form names, seen with the form's rights (issue 32; docs/interface.md §4.4): the
+ * live ValueSets of the caller's tenant matching `query`, whatever the caller's scopes say about
+ * ValueSets — the one exception to {@link visibleTo}. Only for the `answerValueSet` canonicals of a
+ * Questionnaire the caller may see (src/http/sdc/resolve.ts `formResolver` asks for nothing else):
+ * a clinician who may fill in the form sees its answer lists, which are terminology, not records.
+ */
+export const findFormValueSets = async (
+  sql: Sql,
+  principal: Principal,
+  query: ResourceQuery,
+): Promise<KeyedRow[]> => searchResources(sql, 'ValueSet', principal.tenantId, query);

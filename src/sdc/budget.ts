@@ -1,18 +1,20 @@
 /**
  * Time budgets for evaluating what a client wrote (issue 10 "no single request can hold the event
  * loop for more than 1 s"): FHIRPath expressions and regular expressions of Questionnaires and
- * responses run synchronously, so each evaluation runs inside a `vm` script with a `timeout`. V8's
- * watchdog then interrupts it wherever it is, even deep inside a regular-expression backtrack.
- * Each evaluation gets at most {@link EVALUATION_BUDGET_MS}; all evaluations of one request
- * together at most {@link REQUEST_EVALUATION_BUDGET_MS}: the request's {@link EvaluationBudget},
- * which the HTTP layer creates (`ctx.state.evaluationBudget`) and passes to the SDC functions
- * (`budget` of their options), and they to every evaluation.
+ * responses run synchronously. Each evaluation gets at most {@link EVALUATION_BUDGET_MS}; all
+ * evaluations of one request together at most {@link REQUEST_EVALUATION_BUDGET_MS}: the request's
+ * {@link EvaluationBudget}, which the HTTP layer creates (`ctx.state.evaluationBudget`) and passes
+ * to the SDC functions (`budget` of their options), and they to every evaluation.
+ *
+ * This module is the platform-neutral part (the form engine runs in Node and in the browser); how
+ * an evaluation is bounded is platform code: src/sdc/run-within-budget.ts interrupts it with a `vm`
+ * timeout in Node, src/sdc/run-within-budget.browser.ts runs it in the editor's Web Worker, which
+ * the page terminates when it overruns (src/http/app/browser/engine-client.ts).
  *
  * The budget is passed, not carried in an AsyncLocalStorage: on Node 20 one AsyncLocalStorage in
  * use puts promise hooks on every promise of the process, a cost every request paid (4–12 %
- * of audited reads per second, bench/README.md) for what a few SDC requests need.
+ * of audited reads per second) for what a few SDC requests need.
  */
-import vm from 'node:vm';
 
 /** The longest one evaluation (one FHIRPath expression, one regex match) may run, in milliseconds. */
 export const EVALUATION_BUDGET_MS = 200;
@@ -41,47 +43,14 @@ export class EvaluationBudget {
   constructor(public remainingMs: number = REQUEST_EVALUATION_BUDGET_MS) {}
 }
 
-// One context for every evaluation: creating a context costs milliseconds, entering one ~0.1 ms.
-const sandbox = vm.createContext({ task: undefined as (() => unknown) | undefined });
-const invoke = new vm.Script('task()', { filename: 'casebook-evaluation-budget' });
-let running = false;
-
 /**
- * Runs the synchronous `task` for at most {@link EVALUATION_BUDGET_MS} (less when the request's
- * budget has less left), and charges the time to the request's budget. A task interrupted while
- * the process got less than half the time as CPU (a busy machine) is run once more, so at worst
- * one evaluation takes twice its budget.
+ * Runs one synchronous evaluation within its budget: the signature both platforms implement
+ * (src/sdc/run-within-budget.ts, src/sdc/run-within-budget.browser.ts).
+ * @param task the evaluation.
  * @param budget the request's budget; without one only the bound of one evaluation applies.
+ * @param label what is evaluated (a FHIRPath expression, a regex), for the browser's watchdog.
  * @returns what `task` returns.
- * @throws {EvaluationBudgetExceeded} when `task` ran out of time (it is interrupted) or the
- *   request's budget was already used up (it is not started); anything `task` throws.
+ * @throws {EvaluationBudgetExceeded} when `task` ran out of time or the request's budget was
+ *   already used up (it is not started); anything `task` throws.
  */
-export const runWithinBudget = <T>(task: () => T, budget?: EvaluationBudget): T => {
-  // A task that evaluates more (a FHIRPath function calling a regex) is already timed.
-  if (running) return task();
-  for (let attempt = 1; ; attempt++) {
-    if (budget && budget.remainingMs <= 0)
-      throw new EvaluationBudgetExceeded(REQUEST_EVALUATION_BUDGET_MS, 'request');
-    const timeout = Math.max(1, Math.ceil(Math.min(EVALUATION_BUDGET_MS, budget?.remainingMs ?? Infinity)));
-    const started = performance.now();
-    const cpu = process.cpuUsage();
-    running = true;
-    sandbox.task = task;
-    try {
-      return invoke.runInContext(sandbox, { timeout }) as T;
-    } catch (error) {
-      if ((error as { code?: unknown })?.code !== 'ERR_SCRIPT_EXECUTION_TIMEOUT') throw error;
-      // The watchdog counts wall time. When the process got less than half of it as CPU time, the
-      // machine was busy rather than the task: run it once more instead of failing it.
-      const used = process.cpuUsage(cpu);
-      if (attempt === 1 && (used.user + used.system) / 1000 < timeout / 2) continue;
-      throw timeout < EVALUATION_BUDGET_MS
-        ? new EvaluationBudgetExceeded(REQUEST_EVALUATION_BUDGET_MS, 'request')
-        : new EvaluationBudgetExceeded(EVALUATION_BUDGET_MS, 'evaluation');
-    } finally {
-      running = false;
-      sandbox.task = undefined;
-      if (budget) budget.remainingMs -= performance.now() - started;
-    }
-  }
-};
+export type RunWithinBudget = <T>(task: () => T, budget?: EvaluationBudget, label?: string) => T;

@@ -5,13 +5,14 @@
  * `now()`; a deterministic operation passes its own `now`).
  *
  * Expressions come from clients, so (issue 10) each evaluation runs within a time budget
- * (src/sdc/budget.ts) and the regex functions `matches`, `matchesFull` and `replaceMatches` run
+ * (src/sdc/budget.ts; in the browser, src/sdc/run-within-budget.browser.ts) and the regex functions `matches`, `matchesFull` and `replaceMatches` run
  * on RE2 in linear time (src/sdc/regex.ts) instead of JavaScript's backtracking RegExp.
  */
 import fhirpath from 'fhirpath';
 import r5model from 'fhirpath/fhir-context/r5';
-import { type EvaluationBudget, EvaluationBudgetExceeded, runWithinBudget } from './budget.js';
+import { type EvaluationBudget, EvaluationBudgetExceeded } from './budget.js';
 import { matchesAnywhere, matchesWhole, type RegexFlags, replaceAllMatches } from './regex.js';
+import { runWithinBudget } from './run-within-budget.js';
 
 /** Environment variables of an evaluation, without the `%` (`{ patient: {...} }` → `%patient`). */
 export type FhirPathEnv = Record<string, unknown>;
@@ -138,6 +139,7 @@ const run = (
           userInvocationTable,
         } as never),
       options.budget,
+      expression,
     );
     if (result instanceof Promise)
       throw new FhirPathError(expression, 'asynchronous FHIRPath functions are not supported');
@@ -181,4 +183,146 @@ export const evaluateFhirPathTyped = (
   const types = fhirpath.types(raw as never) as string[];
   const values = fhirpath.resolveInternalTypes(raw as never) as unknown[];
   return raw.map((node, i) => ({ type: types[i] ?? '', value: values[i], raw: node }));
+};
+
+/** What an expression reads, as far as its text says (see {@link expressionReferences}). */
+export interface ExpressionReferences {
+  /** String literals compared with a `linkId` (`where(linkId = 'weight')`, `linkId in ('a' | 'b')`). */
+  readonly linkIds: readonly string[];
+  /** Environment variables it names (`%weight` → `weight`). */
+  readonly variables: readonly string[];
+}
+
+type Token =
+  | { readonly kind: 'string'; readonly value: string }
+  | { readonly kind: 'identifier'; readonly value: string }
+  | { readonly kind: 'variable'; readonly value: string }
+  | { readonly kind: 'symbol'; readonly value: string };
+
+const FHIRPATH_ESCAPES: Readonly<Record<string, string>> = { f: '\f', n: '\n', r: '\r', t: '\t' };
+
+/** The value of a FHIRPath string literal's body (`it\'s` → `it's`). */
+const unescapeLiteral = (body: string): string =>
+  body.replace(/\\(u[0-9a-fA-F]{4}|.)/g, (_, c: string) =>
+    c.length === 5 ? String.fromCharCode(Number.parseInt(c.slice(1), 16)) : (FHIRPATH_ESCAPES[c] ?? c),
+  );
+
+/** The end of a quoted token starting at `start` (its closing quote's index), or -1 when unterminated. */
+const closingQuote = (text: string, start: number, quote: string): number => {
+  for (let i = start + 1; i < text.length; i++) {
+    if (text[i] === '\\') i++;
+    else if (text[i] === quote) return i;
+  }
+  return -1;
+};
+
+const isIdentifierStart = (code: number): boolean =>
+  (code >= 65 && code <= 90) || (code >= 97 && code <= 122) || code === 95;
+const isIdentifierPart = (code: number): boolean => isIdentifierStart(code) || (code >= 48 && code <= 57);
+const isSpace = (code: number): boolean => code === 32 || (code >= 9 && code <= 13);
+
+/**
+ * FHIRPath's tokens, as far as {@link expressionReferences} needs them. One pass, each character
+ * read once: an unterminated string or comment ends the scan.
+ */
+const tokenize = (text: string): Token[] => {
+  const tokens: Token[] = [];
+  let i = 0;
+  const identifierAt = (from: number): number => {
+    let end = from;
+    while (end < text.length && isIdentifierPart(text.charCodeAt(end))) end++;
+    return end;
+  };
+  while (i < text.length) {
+    const c = text[i]!;
+    if (isSpace(text.charCodeAt(i))) i++;
+    else if (text.startsWith('//', i)) {
+      const end = text.indexOf('\n', i);
+      i = end < 0 ? text.length : end + 1;
+    } else if (text.startsWith('/*', i)) {
+      const end = text.indexOf('*/', i + 2);
+      if (end < 0) break;
+      i = end + 2;
+    } else if (c === "'" || c === '`') {
+      const end = closingQuote(text, i, c);
+      if (end < 0) break;
+      tokens.push({
+        kind: c === "'" ? 'string' : 'identifier',
+        value: unescapeLiteral(text.slice(i + 1, end)),
+      });
+      i = end + 1;
+    } else if (c === '%') {
+      const next = text[i + 1];
+      if (next === "'" || next === '`') {
+        const end = closingQuote(text, i + 1, next);
+        if (end < 0) break;
+        tokens.push({ kind: 'variable', value: unescapeLiteral(text.slice(i + 2, end)) });
+        i = end + 1;
+      } else if (next !== undefined && isIdentifierStart(text.charCodeAt(i + 1))) {
+        const end = identifierAt(i + 1);
+        tokens.push({ kind: 'variable', value: text.slice(i + 1, end) });
+        i = end;
+      } else {
+        tokens.push({ kind: 'symbol', value: c });
+        i++;
+      }
+    } else if (isIdentifierStart(text.charCodeAt(i))) {
+      const end = identifierAt(i);
+      tokens.push({ kind: 'identifier', value: text.slice(i, end) });
+      i = end;
+    } else {
+      const two = text.slice(i, i + 2);
+      const symbol = two === '!=' || two === '!~' || two === '<=' || two === '>=' ? two : c;
+      tokens.push({ kind: 'symbol', value: symbol });
+      i += symbol.length;
+    }
+  }
+  return tokens;
+};
+
+const isSymbol = (token: Token | undefined, ...values: string[]): boolean =>
+  token?.kind === 'symbol' && values.includes(token.value);
+
+/** The string literals of an operand starting at `from`: `'a'`, `('a' | 'b')`. */
+const literalsFrom = (tokens: readonly Token[], from: number, step: 1 | -1): string[] => {
+  const found: string[] = [];
+  for (let i = from; i >= 0 && i < tokens.length; i += step) {
+    const token = tokens[i]!;
+    if (token.kind === 'string') found.push(token.value);
+    else if (!isSymbol(token, '(', ')', '|')) break;
+  }
+  return found;
+};
+
+/**
+ * The linkIds and variables an expression reads, as far as its text says: the form engine orders
+ * calculations and enablement by them (SDC "Dependencies between expressions"). A string literal
+ * compared for equality or membership with a path ending in `linkId` is a linkId read
+ * (`where(linkId = 'weight')`, `linkId in ('a' | 'b')`); `linkId != 'total'` excludes an item rather
+ * than reading it, and `%context.linkId = 'x'` asks which item the expression runs on. `%name` names
+ * a variable. Read from FHIRPath's tokens in linear time (a full
+ * parse of a client's expression can take longer than its evaluation budget).
+ */
+export const expressionReferences = (expression: string): ExpressionReferences => {
+  const tokens = tokenize(expression);
+  const linkIds = new Set<string>();
+  const variables = new Set<string>();
+  tokens.forEach((token, i) => {
+    if (token.kind === 'variable') variables.add(token.value);
+    if (token.kind !== 'identifier' || token.value !== 'linkId' || isSymbol(tokens[i + 1], '(')) return;
+    let start = i;
+    while (start >= 2 && isSymbol(tokens[start - 1], '.') && tokens[start - 2]!.kind !== 'symbol') start -= 2;
+    // `%context.linkId = 'x'` asks which item the expression runs on; it reads no answer.
+    const first = tokens[start]!;
+    if (start < i && first.kind === 'variable' && first.value === 'context') return;
+    // `… linkId = 'x'`, `linkId in ('x' | 'y')`: the literals after the operator.
+    const after = tokens[i + 1];
+    if (isSymbol(after, '=', '~') || (after?.kind === 'identifier' && after.value === 'in'))
+      for (const literal of literalsFrom(tokens, i + 2, 1)) linkIds.add(literal);
+    // `'x' = linkId`, `('x' | 'y') contains linkId`: the literals before the path ending in linkId.
+    const before = tokens[start - 1];
+    if (isSymbol(before, '=', '~') || (before?.kind === 'identifier' && before.value === 'contains'))
+      for (const literal of literalsFrom(tokens, start - 2, -1)) linkIds.add(literal);
+  });
+  return { linkIds: [...linkIds], variables: [...variables] };
 };

@@ -5,9 +5,8 @@
  *
  * Pure and deterministic: the same response (and Questionnaire) always give the same strings.
  */
+import { answerText as answerDisplay } from './engine/display.js';
 import type {
-  Coding,
-  Json,
   Questionnaire,
   QuestionnaireItem,
   QuestionnaireResponse,
@@ -42,8 +41,9 @@ const XHTML_NS = 'http://www.w3.org/1999/xhtml';
  * Renders a QuestionnaireResponse as narrative (docs/interface.md §4.4 `$generate-narrative`).
  *
  * Question texts come from the response items, then the Questionnaire's item of the same linkId,
- * then the linkId. Answers: booleans as Yes/No; codings by display (then the Questionnaire's
- * answerOption display, then the code); quantities as value and unit; dates as given (ISO);
+ * then the linkId. Answers as src/sdc/engine/display.ts writes them: booleans as Yes/No; codings by
+ * display (then the Questionnaire's answerOption display, then the code); quantities as value and
+ * unit, integers and decimals with the item's questionnaire-unit (`7 mm`); dates as given (ISO);
  * attachments by title and url; references by display, then reference. Several answers are joined
  * with `, `. Unanswered questions and groups with nothing answered are left out.
  *
@@ -120,91 +120,16 @@ const outline = (
   });
 };
 
-/** The text of one answer's value[x]; '' when it has none we can show. */
+/**
+ * The text of one answer (src/sdc/engine/display.ts: the editor's rendering too, units included);
+ * '' when it has none we can show. Text answers keep their line breaks; the rest is one line.
+ */
 const answerText = (
   answer: QuestionnaireResponseAnswer,
   definition: QuestionnaireItem | undefined,
 ): string => {
-  const key = Object.keys(answer).find((k) => k.startsWith('value') && answer[k] !== undefined);
-  if (!key) return '';
-  const value = answer[key];
-  switch (key) {
-    case 'valueBoolean':
-      return value === true ? 'Yes' : value === false ? 'No' : '';
-    case 'valueCoding':
-      return codingText(value, definition);
-    case 'valueQuantity':
-      return quantityText(value);
-    case 'valueAttachment':
-      return attachmentText(value);
-    case 'valueReference':
-      return referenceText(value);
-    case 'valueCodeableConcept': {
-      if (!isObject(value)) return '';
-      if (typeof value.text === 'string' && value.text.trim()) return singleLine(value.text);
-      return asArray<Coding>(value.coding)
-        .map((c) => codingText(c, definition))
-        .filter(Boolean)
-        .join(', ');
-    }
-    case 'valueString':
-    case 'valueMarkdown':
-      return typeof value === 'string' ? multiLine(value) : '';
-    default:
-      // valueDate, valueDateTime, valueTime, valueInteger, valueDecimal, valueUri… as given.
-      return typeof value === 'string' || typeof value === 'number' ? singleLine(String(value)) : '';
-  }
-};
-
-const codingText = (value: unknown, definition: QuestionnaireItem | undefined): string => {
-  if (!isObject(value)) return '';
-  const coding = value as Coding;
-  if (typeof coding.display === 'string' && coding.display.trim()) return singleLine(coding.display);
-  const option = asArray<Json>(definition?.answerOption)
-    .map((o) => (isObject(o) ? (o.valueCoding as Coding | undefined) : undefined))
-    .find(
-      (c) =>
-        isObject(c) &&
-        typeof coding.code === 'string' &&
-        c.code === coding.code &&
-        (!coding.system || c.system === coding.system),
-    );
-  if (typeof option?.display === 'string' && option.display.trim()) return singleLine(option.display);
-  return typeof coding.code === 'string' ? singleLine(coding.code) : '';
-};
-
-const quantityText = (value: unknown): string => {
-  if (!isObject(value) || (typeof value.value !== 'number' && typeof value.value !== 'string')) return '';
-  const comparator = typeof value.comparator === 'string' ? value.comparator : '';
-  const unit =
-    typeof value.unit === 'string' && value.unit.trim()
-      ? value.unit
-      : typeof value.code === 'string'
-        ? value.code
-        : '';
-  const amount = `${comparator}${value.value}`;
-  if (!unit) return singleLine(amount);
-  // UCUM's `%` and `'` style units read as "45 %" otherwise.
-  return singleLine(unit === '%' ? `${amount}%` : `${amount} ${unit}`);
-};
-
-const attachmentText = (value: unknown): string => {
-  if (!isObject(value)) return '';
-  const title = typeof value.title === 'string' ? singleLine(value.title) : '';
-  const url = typeof value.url === 'string' ? singleLine(value.url) : '';
-  if (title && url) return `${title} (${url})`;
-  if (title || url) return title || url;
-  return typeof value.contentType === 'string'
-    ? `Attachment (${singleLine(value.contentType)})`
-    : 'Attachment';
-};
-
-const referenceText = (value: unknown): string => {
-  if (!isObject(value)) return '';
-  if (typeof value.display === 'string' && value.display.trim()) return singleLine(value.display);
-  if (typeof value.reference === 'string' && value.reference.trim()) return singleLine(value.reference);
-  const identifier = value.identifier;
-  return isObject(identifier) && typeof identifier.value === 'string' ? singleLine(identifier.value) : '';
+  const text = answerDisplay(definition, answer);
+  return 'valueString' in answer || 'valueMarkdown' in answer ? multiLine(text) : singleLine(text);
 };
 
 // ---------------------------------------------------------------------------------------------

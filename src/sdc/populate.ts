@@ -7,6 +7,16 @@
  * `issues`, never a failure.
  */
 import type { EvaluationBudget } from './budget.js';
+import { answersFromResults, valueXOf } from './engine/answers.js';
+import {
+  EXT_CALCULATED_EXPRESSION,
+  EXT_INITIAL_EXPRESSION,
+  EXT_ITEM_POPULATION_CONTEXT,
+  EXT_LAUNCH_CONTEXT,
+  EXT_UNIT,
+  EXT_VARIABLE,
+} from './engine/extensions.js';
+import { defineForm, runForm } from './engine/index.js';
 import { evaluateFhirPathTyped, type FhirPathEnv, FhirPathError, type TypedValue } from './fhirpath.js';
 import type {
   CanonicalResolver,
@@ -22,16 +32,14 @@ import type {
   QuestionnaireResponseItem,
 } from './types.js';
 
-const SDC = 'http://hl7.org/fhir/uv/sdc/StructureDefinition/';
-
 /** The extensions $populate reads (SDC IG "Expression-based population", "Calculations"). */
 export const POPULATE_EXTENSIONS = {
-  launchContext: `${SDC}sdc-questionnaire-launchContext`,
-  variable: 'http://hl7.org/fhir/StructureDefinition/variable',
-  initialExpression: `${SDC}sdc-questionnaire-initialExpression`,
-  itemPopulationContext: `${SDC}sdc-questionnaire-itemPopulationContext`,
-  calculatedExpression: `${SDC}sdc-questionnaire-calculatedExpression`,
-  unit: 'http://hl7.org/fhir/StructureDefinition/questionnaire-unit',
+  launchContext: EXT_LAUNCH_CONTEXT,
+  variable: EXT_VARIABLE,
+  initialExpression: EXT_INITIAL_EXPRESSION,
+  itemPopulationContext: EXT_ITEM_POPULATION_CONTEXT,
+  calculatedExpression: EXT_CALCULATED_EXPRESSION,
+  unit: EXT_UNIT,
 } as const;
 
 /**
@@ -39,9 +47,6 @@ export const POPULATE_EXTENSIONS = {
  * (http://hl7.org/fhir/uv/sdc/CodeSystem/launchContext): the spec's `subject` is SDC's `patient`.
  */
 const LAUNCH_ALIASES: Readonly<Record<string, string>> = { subject: 'patient' };
-
-/** Calculations feed each other; they are re-evaluated until the response stops changing. */
-const MAX_CALCULATION_ROUNDS = 10;
 
 /** The input of {@link populate}. */
 export interface PopulateInput {
@@ -102,12 +107,6 @@ const extensionsOf = (element: { extension?: unknown }, url: string): { ext: Ext
 const valueExpressionOf = (ext: Extension): ValueExpression | undefined =>
   isObject(ext.valueExpression) ? (ext.valueExpression as ValueExpression) : undefined;
 
-/** The `value[x]` element of an initial value, answer option or answer: `[key, value]`. */
-const valueXOf = (element: Record<string, unknown>): [string, unknown] | undefined => {
-  const key = Object.keys(element).find((k) => k.startsWith('value') && k.length > 5);
-  return key ? [key, element[key]] : undefined;
-};
-
 /** Collects warnings in order, once each. */
 class Issues {
   private readonly seen = new Map<string, OperationOutcomeIssue>();
@@ -123,230 +122,6 @@ class Issues {
     return [...this.seen.values()];
   }
 }
-
-/* ------------------------------------------------------------------ answer conversion --- */
-
-/** The broad kind of a FHIRPath result, from its type name (and its JavaScript value otherwise). */
-type Kind =
-  | 'boolean'
-  | 'integer'
-  | 'decimal'
-  | 'string'
-  | 'date'
-  | 'dateTime'
-  | 'time'
-  | 'quantity'
-  | 'Coding'
-  | 'CodeableConcept'
-  | 'Reference'
-  | 'Attachment'
-  | 'resource'
-  | 'other';
-
-const KINDS: Readonly<Record<string, Kind>> = {
-  boolean: 'boolean',
-  integer: 'integer',
-  integer64: 'integer',
-  positiveInt: 'integer',
-  unsignedInt: 'integer',
-  decimal: 'decimal',
-  string: 'string',
-  code: 'string',
-  id: 'string',
-  markdown: 'string',
-  uri: 'string',
-  url: 'string',
-  canonical: 'string',
-  oid: 'string',
-  uuid: 'string',
-  base64Binary: 'string',
-  date: 'date',
-  dateTime: 'dateTime',
-  instant: 'dateTime',
-  time: 'time',
-  Boolean: 'boolean',
-  Integer: 'integer',
-  Long: 'integer',
-  Decimal: 'decimal',
-  String: 'string',
-  Date: 'date',
-  DateTime: 'dateTime',
-  Time: 'time',
-  Quantity: 'quantity',
-  Age: 'quantity',
-  Duration: 'quantity',
-  Distance: 'quantity',
-  Count: 'quantity',
-  SimpleQuantity: 'quantity',
-  MoneyQuantity: 'quantity',
-  Coding: 'Coding',
-  CodeableConcept: 'CodeableConcept',
-  Reference: 'Reference',
-  Attachment: 'Attachment',
-};
-
-const kindOf = (typed: TypedValue): Kind => {
-  const name = typed.type.slice(typed.type.indexOf('.') + 1);
-  const known = KINDS[name];
-  if (known) return known;
-  const value = typed.value;
-  if (isObject(value) && typeof value.resourceType === 'string') return 'resource';
-  if (typeof value === 'boolean') return 'boolean';
-  if (typeof value === 'number') return Number.isInteger(value) ? 'integer' : 'decimal';
-  if (typeof value === 'string') return 'string';
-  return 'other';
-};
-
-const PRIMITIVES: readonly Kind[] = ['boolean', 'integer', 'decimal', 'string', 'date', 'dateTime', 'time'];
-
-const UCUM = 'http://unitsofmeasure.org';
-
-/** FHIRPath calendar-duration units and their UCUM codes. */
-const CALENDAR_UNITS: Readonly<Record<string, string>> = {
-  year: 'a',
-  month: 'mo',
-  week: 'wk',
-  day: 'd',
-  hour: 'h',
-  minute: 'min',
-  second: 's',
-  millisecond: 'ms',
-};
-
-/** `5 'mg'` / `3 years` (a resolved System.Quantity) as a FHIR Quantity. */
-const quantityFromText = (text: string): Json | undefined => {
-  const match = /^(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(?:\s+(.+))?$/.exec(text.trim());
-  if (!match) return undefined;
-  const value = Number(match[1]);
-  const unit = match[2];
-  if (!unit) return { value };
-  const quoted = /^'(.*)'$/.exec(unit);
-  if (quoted) return { value, unit: quoted[1], system: UCUM, code: quoted[1] };
-  const calendar = CALENDAR_UNITS[unit.replace(/s$/, '')];
-  return calendar ? { value, unit, system: UCUM, code: calendar } : { value, unit };
-};
-
-const describeValue = (typed: TypedValue): string =>
-  `${typed.type || typeof typed.value} ${JSON.stringify(typed.value)?.slice(0, 80) ?? ''}`.trim();
-
-const article = (word: string) => `${/^[aeiou]/i.test(word) ? 'an' : 'a'} ${word}`;
-
-const withSeconds = (time: string) => (/^\d{2}:\d{2}$/.test(time) ? `${time}:00` : time);
-
-const sameCoding = (a: Coding, b: Coding): boolean =>
-  a.code === b.code && (a.system === undefined || b.system === undefined || a.system === b.system);
-
-/**
- * Converts one expression result to an answer of the item's type (SDC: initial/calculated values
- * take the item's answer type). Returns the answer's `[valueX, value]` or a reason it cannot.
- */
-const toAnswerValue = (item: QuestionnaireItem, typed: TypedValue): [string, unknown] | string => {
-  const kind = kindOf(typed);
-  const { value } = typed;
-  const wrong = () => `${describeValue(typed)} cannot answer ${article(item.type)} item`;
-  switch (item.type) {
-    case 'boolean':
-      return kind === 'boolean' ? ['valueBoolean', value] : wrong();
-    case 'decimal':
-      return (kind === 'decimal' || kind === 'integer') && typeof value === 'number'
-        ? ['valueDecimal', value]
-        : wrong();
-    case 'integer':
-      return (kind === 'integer' || kind === 'decimal') &&
-        typeof value === 'number' &&
-        Number.isInteger(value)
-        ? ['valueInteger', value]
-        : wrong();
-    case 'date':
-      if (kind === 'date' && typeof value === 'string') return ['valueDate', value];
-      // A dateTime (e.g. now()) answers a date item with its date part.
-      if (kind === 'dateTime' && typeof value === 'string') return ['valueDate', value.split('T')[0]];
-      return wrong();
-    case 'dateTime':
-      if ((kind === 'date' || kind === 'dateTime') && typeof value === 'string')
-        return ['valueDateTime', value.replace(/T(\d{2}:\d{2})(?=$|[Z+-])/, 'T$1:00')];
-      return wrong();
-    case 'time':
-      return kind === 'time' && typeof value === 'string' ? ['valueTime', withSeconds(value)] : wrong();
-    case 'string':
-    case 'text':
-      // Any primitive answers a text item as its string form (FHIRPath toString()).
-      return PRIMITIVES.includes(kind) && value !== null && typeof value !== 'object'
-        ? ['valueString', String(value)]
-        : wrong();
-    case 'url':
-      return kind === 'string' && typeof value === 'string' ? ['valueUri', value] : wrong();
-    case 'coding':
-    case 'choice':
-    case 'open-choice': {
-      const options = arrayOf<Record<string, unknown>>(item.answerOption)
-        .map((o) => (isObject(o) && isObject(o.valueCoding) ? (o.valueCoding as Coding) : undefined))
-        .filter((c): c is Coding => c !== undefined);
-      let coding: Coding | undefined;
-      if (kind === 'Coding' && isObject(value)) coding = value as Coding;
-      else if (kind === 'CodeableConcept' && isObject(value)) coding = arrayOf<Coding>(value.coding)[0];
-      else if (kind === 'string' && typeof value === 'string') {
-        coding = options.find((o) => o.code === value);
-        if (!coding && item.answerConstraint === 'optionsOrString') return ['valueString', value];
-        if (!coding) return `${describeValue(typed)} matches no answerOption code of the item`;
-      }
-      if (!coding || !isObject(coding)) return wrong();
-      // The matching answer option's coding carries its display (and system when the result had none).
-      return ['valueCoding', clone(options.find((o) => sameCoding(o, coding)) ?? coding)];
-    }
-    case 'quantity': {
-      if (kind === 'quantity' && isObject(value)) return ['valueQuantity', value];
-      if (kind === 'quantity' && typeof value === 'string') {
-        const quantity = quantityFromText(value);
-        return quantity ? ['valueQuantity', quantity] : wrong();
-      }
-      if ((kind === 'integer' || kind === 'decimal') && typeof value === 'number') {
-        // A bare number takes the item's unit (questionnaire-unit), when it names one.
-        const unit = extensionsOf(item, POPULATE_EXTENSIONS.unit)[0]?.ext.valueCoding;
-        const coding = isObject(unit) ? (unit as Coding) : undefined;
-        return [
-          'valueQuantity',
-          {
-            value,
-            ...(coding?.display || coding?.code ? { unit: coding.display ?? coding.code } : {}),
-            ...(coding?.system ? { system: coding.system } : {}),
-            ...(coding?.code ? { code: coding.code } : {}),
-          },
-        ];
-      }
-      return wrong();
-    }
-    case 'reference':
-      if (kind === 'Reference' && isObject(value)) return ['valueReference', value];
-      if (kind === 'resource' && isObject(value) && typeof value.id === 'string')
-        return ['valueReference', { reference: `${value.resourceType}/${value.id}` }];
-      if (
-        kind === 'string' &&
-        typeof value === 'string' &&
-        /^[A-Z][A-Za-z]+\/[A-Za-z0-9\-.]{1,64}$/.test(value)
-      )
-        return ['valueReference', { reference: value }];
-      return wrong();
-    case 'attachment':
-      return kind === 'Attachment' && isObject(value) ? ['valueAttachment', value] : wrong();
-    default:
-      return `${article(item.type)} item takes no answers`;
-  }
-};
-
-/** Is the answer allowed by the item's answerOption list (R5 answerConstraint, default optionsOnly)? */
-const admittedByOptions = (item: QuestionnaireItem, [key, value]: [string, unknown]): boolean => {
-  const options = arrayOf<Record<string, unknown>>(item.answerOption).filter(isObject);
-  if (options.length === 0 || (item.answerConstraint ?? 'optionsOnly') !== 'optionsOnly') return true;
-  return options.some((option) => {
-    const own = valueXOf(option);
-    if (!own || own[0] !== key) return false;
-    if (key === 'valueCoding') return sameCoding(own[1] as Coding, value as Coding);
-    if (key === 'valueReference')
-      return (own[1] as { reference?: string }).reference === (value as { reference?: string }).reference;
-    return JSON.stringify(own[1]) === JSON.stringify(value);
-  });
-};
 
 /* ------------------------------------------------------------------------ populate --- */
 
@@ -365,7 +140,8 @@ const admittedByOptions = (item: QuestionnaireItem, [key, value]: [string, unkno
  * - Answers: `initialExpression` (converted to the item's answer type), else `initial.value[x]`,
  *   else the answerOptions with `initialSelected`. A repeating group with `itemPopulationContext`
  *   is repeated per element of its result, bound to `%<expression name>` below it.
- *   `calculatedExpression`s then run over the response being built until it is stable.
+ *   `calculatedExpression`s then run once each, dependencies first, by the form engine
+ *   (src/sdc/engine/calculate.ts; a calculation on a cycle is not evaluated and is reported).
  * - Expressions are evaluated on the response item they belong to (`QuestionnaireResponse.item`,
  *   root ones on the response) with `%resource` (the response), `%questionnaire`, `%qitem`.
  *
@@ -518,31 +294,8 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     path: string,
     sink: Issues,
   ): Answer[] => {
-    const answers: Answer[] = [];
-    for (const typed of values) {
-      const converted = toAnswerValue(item, typed);
-      if (typeof converted === 'string') {
-        sink.add('value', `${extName} of item '${item.linkId}': ${converted}; the value is ignored`, path);
-        continue;
-      }
-      if (!admittedByOptions(item, converted)) {
-        sink.add(
-          'value',
-          `${extName} of item '${item.linkId}': ${describeValue(typed)} is not one of the item's answerOptions; the value is ignored`,
-          path,
-        );
-        continue;
-      }
-      answers.push({ [converted[0]]: clone(converted[1]) });
-    }
-    if (!item.repeats && answers.length > 1) {
-      sink.add(
-        'value',
-        `${extName} of item '${item.linkId}' gave ${answers.length} values but the item does not repeat; the first is used`,
-        path,
-      );
-      return answers.slice(0, 1);
-    }
+    const { answers, problems } = answersFromResults(extName, item, values);
+    for (const problem of problems) sink.add(problem.code, problem.diagnostics, path);
     return answers;
   };
 
@@ -684,67 +437,26 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   response.item = rootItems;
   const tree = build(questionnaire.item, 'Questionnaire', rootItems, rootEnv);
 
-  // --- calculations (SDC sdc-questionnaire-calculatedExpression) ---
-  const hasCalculation = (nodes: Node[]): boolean =>
-    nodes.some(
-      (n) =>
-        extensionsOf(n.qItem, POPULATE_EXTENSIONS.calculatedExpression).length > 0 ||
-        hasCalculation(n.children),
-    );
-  if (hasCalculation(tree)) {
-    let round = new Issues();
-    let stable = false;
-    for (let i = 0; i < MAX_CALCULATION_ROUNDS && !stable; i++) {
-      round = new Issues();
-      const before = JSON.stringify(response);
-      const env = withVariables(
-        questionnaire,
-        (k) => `Questionnaire.extension[${k}]`,
-        rootFocus,
-        launch,
-        round,
-        suppliedNames,
-      );
-      calculate(tree, env, round);
-      stable = JSON.stringify(response) === before;
+  // --- calculations (SDC sdc-questionnaire-calculatedExpression), by the form engine ---
+  const bindings = new Map<QuestionnaireResponseItem, FhirPathEnv>();
+  const bind = (nodes: Node[]): void => {
+    for (const n of nodes) {
+      if (Object.keys(n.binding).length > 0) bindings.set(n.qrItem, n.binding);
+      bind(n.children);
     }
-    issues.addAll(round);
-    if (!stable)
-      issues.add(
-        'processing',
-        `calculatedExpressions did not settle after ${MAX_CALCULATION_ROUNDS} rounds; the last values are kept`,
-        'Questionnaire',
-      );
-  }
-
-  function calculate(nodes: Node[], env: FhirPathEnv, sink: Issues): void {
-    for (const node of nodes) {
-      const focus = { node: node.qrItem, base: 'QuestionnaireResponse.item' };
-      const scope = withVariables(
-        node.qItem,
-        (i) => `${node.path}.extension[${i}]`,
-        focus,
-        { ...env, ...node.binding, qitem: node.qItem },
-        sink,
-      );
-      const [calculated] = extensionsOf(node.qItem, POPULATE_EXTENSIONS.calculatedExpression);
-      if (calculated && node.qItem.type !== 'group') {
-        const result = evaluate(
-          'calculatedExpression',
-          valueExpressionOf(calculated.ext),
-          focus,
-          scope,
-          node.path,
-          sink,
-        );
-        if (result) {
-          const answers = toAnswers('calculatedExpression', node.qItem, result, node.path, sink);
-          if (answers.length > 0) node.qrItem.answer = answers;
-          else delete node.qrItem.answer;
-        }
-      }
-      calculate(node.children, scope, sink);
-    }
+  };
+  bind(tree);
+  const form = defineForm(questionnaire);
+  if (form.items.some((item) => item.calculatedExpression !== undefined)) {
+    const run = runForm(form, response, {
+      ...options,
+      calculate: true,
+      environment: launch,
+      suppliedVariables: suppliedNames,
+      bindingsOf: (item) => bindings.get(item),
+    });
+    for (const problem of run.problems)
+      issues.add(problem.code, problem.diagnostics, problem.questionnairePath ?? problem.expression);
   }
 
   // Issue 13: an optional group with no answer anywhere beneath it is left out (an empty instance

@@ -305,11 +305,26 @@ for (const database of testDatabases) {
     });
 
     describe('the report editor', () => {
-      it('shows and hides the enableWhen-dependent item live when the boolean changes (scenario 2)', async () => {
+      it('loads its bundle under the CSP and shows and hides the enableWhen-dependent item live (scenario 2)', async () => {
         const patient = await newPatient(app);
         const task = await newTask(app, patient);
         const { page } = await browse({ patient: Number(patient), deployment_mode: 'standalone' });
+        // The page's script is the esbuild bundle, from casebook's origin, under the page's CSP.
+        const problems: string[] = [];
+        page.on('console', (m) => {
+          if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text());
+        });
+        page.on('pageerror', (e) => problems.push(e.message));
         await startReport(page, task.id);
+        const scripts = await page
+          .locator('script[src]')
+          .evaluateAll((els) => els.map((e) => (e as unknown as { src: string }).src));
+        expect(scripts).to.have.length(1);
+        expect(scripts[0]).to.match(new RegExp(`^${appUrl(app)}/assets/editor-[A-Z0-9]{8}\\.js$`));
+        expect(
+          await page.locator('meta[http-equiv="Content-Security-Policy"]').getAttribute('content'),
+        ).to.contain("script-src 'self'");
+        expect(await page.locator('script:not([src]):not([type="application/json"])').count()).to.equal(0);
         const dependent = page.locator('[data-linkid="contrast-agent"]');
         expect(await dependent.isVisible(), 'dependent item visible before the boolean is answered').to.equal(
           false,
@@ -322,6 +337,7 @@ for (const database of testDatabases) {
         await answer(page, 'contrast', true);
         await dependent.waitFor({ state: 'visible', timeout: 5000 });
         await screenshot(page, `${database.name}-editor-enable-when`);
+        expect(problems).to.deep.equal([]);
       });
 
       describe('read-only and chrome (scenario 3)', () => {

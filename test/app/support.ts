@@ -318,3 +318,40 @@ export const clickAndNavigate = async (
   expect(all.length, `clicking ${selector} navigated nowhere`).to.be.greaterThan(0);
   return { first: all[0]!, all };
 };
+
+// ---------------------------------------------------------------------------------------------
+// The CT chest form (test/support/ct-chest.ts) in a running casebook
+
+import { CT_CHEST_VALUE_SETS, ctChestQuestionnaire } from '../support/ct-chest.js';
+
+/**
+ * Stores the CT chest form's ValueSets and the form itself (as the GENERAL client) and answers the
+ * Questionnaire's id. Call once per app: the ValueSets' canonical URLs are fixed.
+ */
+export const storeCtChest = async (app: TestApp): Promise<string> => {
+  for (const valueSet of CT_CHEST_VALUE_SETS) await create(app, valueSet);
+  return create(app, ctChestQuestionnaire(`https://forms.example.org/Questionnaire/${unique('ct-chest')}`));
+};
+
+/**
+ * Opens a draft Task in `page` (a browser holding a session) and picks the form `questionnaireId`:
+ * the page ends in the report editor, with the engine's first answer applied.
+ */
+export const startReportIn = async (
+  page: Page,
+  app: TestApp,
+  taskId: string,
+  questionnaireId: string,
+): Promise<void> => {
+  const { final } = await open(page, launchUrl(app, { task: `Task/${taskId}` }));
+  expect(final.status()).to.equal(200);
+  const picked = await clickAndNavigate(page, `button[name=questionnaire][value="${questionnaireId}"]`);
+  expect(picked.all.at(-1)!.status()).to.equal(200);
+  expect(pathOf(page.url())).to.equal(`/app/tasks/${taskId}/report`);
+  await engineIdle(page);
+};
+
+/** Waits until the editor shows the engine's answer to the current fields (`data-engine="idle"`). */
+export const engineIdle = async (page: Page): Promise<void> => {
+  await page.waitForSelector('#report-form[data-engine="idle"]', { timeout: 10_000 });
+};

@@ -95,4 +95,27 @@ describe('layers (docs/architecture.md "Layers")', () => {
       ),
     ).to.deep.equal([]);
   });
+
+  it('the form engine and the browser code reach no Node module, but for the runner the bundle replaces', () => {
+    // What the editor's bundle holds: every project file the browser entries import, transitively.
+    const reached = new Set<string>();
+    const pending = FILES.filter((f) => f.startsWith('http/app/browser/'));
+    while (pending.length > 0) {
+      const file = pending.pop()!;
+      if (reached.has(file)) continue;
+      reached.add(file);
+      pending.push(...(GRAPH.get(file) ?? []));
+    }
+    expect(reached).to.include('sdc/engine/index.ts');
+    expect(reached).to.include('http/app/editor-form.ts');
+    const nodeImports = (file: string) =>
+      ts
+        .preProcessFile(readFileSync(join(SRC, file), 'utf8'), true, true)
+        .importedFiles.map((i) => i.fileName)
+        .filter((name) => name.startsWith('node:') || ['fs', 'path', 'vm', 'crypto', 'os'].includes(name));
+    const offending = [...reached, ...FILES.filter((f) => f.startsWith('sdc/engine/'))]
+      .filter((file) => file !== 'sdc/run-within-budget.ts')
+      .flatMap((file) => nodeImports(file).map((name) => `${file} → ${name}`));
+    expect(offending).to.deep.equal([]);
+  });
 });

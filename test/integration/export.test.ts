@@ -304,6 +304,39 @@ for (const database of testDatabases) {
         expect(status!.deliveredAt).to.be.a('string');
       });
 
+      it('writes units in the exported text: an item’s questionnaire-unit beside its number (issue 32)', async () => {
+        const url = `https://forms.example.org/Questionnaire/${unique('units')}`;
+        await create(app, {
+          resourceType: 'Questionnaire',
+          url,
+          version: '1',
+          status: 'active',
+          item: [
+            {
+              linkId: 'size',
+              type: 'decimal',
+              text: 'Mean diameter',
+              extension: [
+                {
+                  url: 'http://hl7.org/fhir/StructureDefinition/questionnaire-unit',
+                  valueCoding: { system: 'http://unitsofmeasure.org', code: 'mm' },
+                },
+              ],
+            },
+          ],
+        });
+        const s = await newResponse(app, 'in-progress');
+        await put(app, s.responseId, {
+          ...s.body,
+          questionnaire: `${url}|1`,
+          status: 'completed',
+          item: [{ linkId: 'size', text: 'Mean diameter', answer: [{ valueDecimal: 7 }] }],
+        });
+        const key = await keyOf(app, s.responseId, 2);
+        await eventually(() => receiver.accepted(key).length > 0, 'the delivery');
+        expect(receiver.accepted(key)[0]!.body).to.include('Mean diameter: 7 mm');
+      });
+
       it('exports an amended report again as a new version', async () => {
         const s = await newResponse(app, 'completed');
         await eventually(

@@ -4,17 +4,13 @@
  * replaceMatches), and the SDC walkers on deeply nested input.
  */
 import { expect } from 'chai';
-import {
-  EVALUATION_BUDGET_MS,
-  EvaluationBudget,
-  EvaluationBudgetExceeded,
-  runWithinBudget,
-} from '../../src/sdc/budget.js';
+import { EVALUATION_BUDGET_MS, EvaluationBudget, EvaluationBudgetExceeded } from '../../src/sdc/budget.js';
 import { extract } from '../../src/sdc/extract.js';
 import { evaluateFhirPath, FhirPathError } from '../../src/sdc/fhirpath.js';
 import { generateNarrative } from '../../src/sdc/narrative.js';
 import { POPULATE_EXTENSIONS, populate } from '../../src/sdc/populate.js';
 import { ClientRegexError, matchesWhole, replaceAllMatches } from '../../src/sdc/regex.js';
+import { runWithinBudget } from '../../src/sdc/run-within-budget.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../src/sdc/types.js';
 import { EXT_ENABLE_WHEN_EXPRESSION, EXT_REGEX, validateResponse } from '../../src/sdc/validate.js';
 

@@ -377,4 +377,37 @@ describe('generateNarrative', () => {
     );
     expect(wellFormed(xhtml)).to.equal(true);
   });
+
+  it('writes the questionnaire-unit of an integer or decimal item beside its value (issue 32)', () => {
+    const unitOf = (code: string, display?: string) => ({
+      url: 'http://hl7.org/fhir/StructureDefinition/questionnaire-unit',
+      valueCoding: { system: UCUM, code, ...(display ? { display } : {}) },
+    });
+    const { text, xhtml } = generateNarrative(
+      {
+        resourceType: 'QuestionnaireResponse',
+        status: 'completed',
+        item: [
+          { linkId: 'size', answer: [{ valueDecimal: 7 }] },
+          { linkId: 'months', answer: [{ valueInteger: 3 }] },
+          { linkId: 'fraction', answer: [{ valueInteger: 45 }] },
+          { linkId: 'count', answer: [{ valueInteger: 2 }] },
+        ],
+      },
+      {
+        resourceType: 'Questionnaire',
+        status: 'active',
+        item: [
+          { linkId: 'size', type: 'decimal', text: 'Mean diameter', extension: [unitOf('mm')] },
+          { linkId: 'months', type: 'integer', text: 'Follow-up in', extension: [unitOf('mo', 'months')] },
+          { linkId: 'fraction', type: 'integer', text: 'Ejection fraction', extension: [unitOf('%')] },
+          { linkId: 'count', type: 'integer', text: 'Number of nodules' },
+        ],
+      },
+    );
+    expect(text).to.equal(
+      'Mean diameter: 7 mm\nFollow-up in: 3 months\nEjection fraction: 45%\nNumber of nodules: 2',
+    );
+    expect(xhtml).to.contain('<dt>Mean diameter</dt><dd>7 mm</dd>');
+  });
 });

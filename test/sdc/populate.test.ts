@@ -821,7 +821,7 @@ describe('SDC populate (pure)', () => {
     ]);
   });
 
-  it('warns for a coding outside optionsOnly answerOptions, a non-repeating population context and calculations that never settle', async () => {
+  it('warns for a coding outside optionsOnly answerOptions, a non-repeating population context and a calculation that reads itself (a cycle, not evaluated)', async () => {
     const questionnaire: Questionnaire = {
       resourceType: 'Questionnaire',
       status: 'active',
@@ -855,7 +855,7 @@ describe('SDC populate (pure)', () => {
     expect(response.item).to.deep.equal([
       { linkId: 'coded' },
       { linkId: 'one-name', item: [{ linkId: 'family', answer: [{ valueString: 'Chalmers' }] }] },
-      { linkId: 'counter', answer: [{ valueInteger: 10 }] },
+      { linkId: 'counter', answer: [{ valueInteger: 0 }] },
     ]);
     expect(issues.issue).to.deep.equal([
       {
@@ -873,9 +873,10 @@ describe('SDC populate (pure)', () => {
       },
       {
         severity: 'warning',
-        code: 'processing',
-        diagnostics: 'calculatedExpressions did not settle after 10 rounds; the last values are kept',
-        expression: ['Questionnaire'],
+        code: 'business-rule',
+        diagnostics:
+          'the enableWhen, enableWhenExpression or calculatedExpression of linkId "counter" depend on each other in a cycle: linkId "counter" not calculated',
+        expression: ['Questionnaire.item[2]'],
       },
     ]);
   });

@@ -678,12 +678,20 @@ describe('validateResponse (QuestionnaireResponse/$validate)', () => {
       expectValid(await validate(response([answered('age', { valueInteger: 12 }), group('g')]), q(adult)));
     });
 
-    it('is evaluated on the item with %context', async () => {
-      const onContext =
-        "%context.item.where(linkId='pregnant').exists().not() and %resource.item.answer.value > 1";
-      expectIssues(
-        await validate(response([answered('age', { valueInteger: 30 }), group('g')]), q(onContext)),
-        ['error required QuestionnaireResponse.item[1]'],
+    it('is evaluated on its own response item (%context), present or not (SDC "FHIRPath supplements")', async () => {
+      const own = "%context.linkId = 'pregnant' and %resource.item.where(linkId = 'age').answer.value > 1";
+      // Missing from the response: %context is an empty item of its own linkId.
+      expectIssues(await validate(response([answered('age', { valueInteger: 30 }), group('g')]), q(own)), [
+        'error required QuestionnaireResponse.item[1]',
+      ]);
+      expectValid(
+        await validate(
+          response([
+            answered('age', { valueInteger: 30 }),
+            group('g', answered('pregnant', { valueBoolean: false })),
+          ]),
+          q(own),
+        ),
       );
     });
 
@@ -701,17 +709,26 @@ describe('validateResponse (QuestionnaireResponse/$validate)', () => {
               ext(EXT_ENABLE_WHEN_EXPRESSION, {
                 valueExpression: {
                   language: 'text/fhirpath',
-                  expression: "%context.item.where(linkId='smoker').answer.value = true",
+                  expression: '%context.answer.value.empty() or %context.answer.value >= 1',
                 },
               }),
             ],
           },
         ],
       });
-      const habits = (smoker: boolean) =>
-        response([group('habits', answered('smoker', { valueBoolean: smoker }))]);
-      expectIssues(await validate(habits(true), smoking), ['error required QuestionnaireResponse.item[0]']);
-      expectValid(await validate(habits(false), smoking));
+      const habits = (...packs: QuestionnaireResponseAnswer[]) =>
+        response([
+          group(
+            'habits',
+            answered('smoker', { valueBoolean: true }),
+            ...(packs.length ? [answered('packs', ...packs)] : []),
+          ),
+        ]);
+      expectIssues(await validate(habits(), smoking), ['error required QuestionnaireResponse.item[0]']);
+      expectValid(await validate(habits({ valueInteger: 5 }), smoking));
+      expectIssues(await validate(habits({ valueInteger: 0 }), smoking), [
+        'error business-rule QuestionnaireResponse.item[0].item[1]',
+      ]);
     });
 
     it('reports an expression that fails as a warning and treats the item as enabled', async () => {

@@ -10,12 +10,14 @@ import { saveReport } from '../../commands/reports.js';
 import { checkRedirect, readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
 import { type ResourceRow, readIfVisible } from '../../queries/visibility.js';
+import { defineForm, type FormDefinition, runForm } from '../../sdc/engine/index.js';
+import { membersOf, resolveAnswerValueSets, type ValueSetMembers } from '../../sdc/engine/valuesets.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
-import { validateResponse } from '../../sdc/validate.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
 import { evaluationBudget } from '../edge/budget.js';
-import { tenantResolver } from '../sdc/resolve.js';
+import { formResolver, tenantResolver } from '../sdc/resolve.js';
+import { editorAssets } from './assets-route.js';
 import {
   carriedInputs,
   loadTask,
@@ -26,22 +28,18 @@ import {
   sendHtml,
   withQuery,
 } from './context.js';
-import { evaluateEnableWhen, normaliseValue, rulesOf } from './enable-when.js';
+import { type EditorData, evaluateEditorForm } from './editor-form.js';
 import {
-  buildItems,
   type Choice,
   codingChoices,
   type FormBody,
-  itemsByLinkId,
-  linkIdOfExpression,
-  missingRequired,
   optionChoices,
   valuesOf,
+  withStoredChoices,
 } from './form-data.js';
 import { checkOrigin } from './forms.js';
 import { escapeHtml, layout } from './layout.js';
-import { answersByLinkId, editorData, itemAnchor, renderItems, scriptJson } from './render.js';
-import { EDITOR_SCRIPT } from './script.js';
+import { itemAnchor, renderItems, scriptJson } from './render.js';
 
 interface Report {
   readonly task: ResourceRow;
@@ -49,38 +47,47 @@ interface Report {
   readonly patient: ResourceRow | undefined;
   readonly response: ResourceRow;
   readonly questionnaire: Questionnaire;
+  readonly form: FormDefinition;
+  /** linkId → choices: answerOption, the answerValueSet's expansion, and the stored codings. */
   readonly choices: Map<string, Choice[]>;
+  /** answerValueSet canonical → its codes (the ValueSets that could be resolved). */
+  readonly valueSets: Map<string, ValueSetMembers>;
 }
 
 const appBase = (casebook: Casebook) => casebook.config.appUrl.replace(/\/+$/, '');
 
-/** Choices of every choice item: answerOption, or the expansion of answerValueSet. */
-const choicesOf = async (
+/**
+ * Choices of every choice item: answerOption, or the expansion of its answerValueSet — contained,
+ * or stored in the tenant and read with the form's rights (src/http/sdc/resolve.ts formResolver),
+ * not the session's scopes.
+ */
+const choicesOf = (
   questionnaire: Questionnaire,
-  resolve: ReturnType<typeof tenantResolver>,
+  valueSets: ReadonlyMap<string, Json>,
   now: Date,
-): Promise<Map<string, Choice[]>> => {
+): Map<string, Choice[]> => {
   const choices = new Map<string, Choice[]>();
-  for (const item of itemsByLinkId(questionnaire.item).values()) {
-    if (Array.isArray(item.answerOption) && item.answerOption.length > 0) {
-      choices.set(item.linkId, optionChoices(item));
-      continue;
+  const walk = (items: Questionnaire['item']) => {
+    for (const item of items ?? []) {
+      if (typeof item?.linkId !== 'string') continue;
+      walk(item.item);
+      if (choices.has(item.linkId)) continue;
+      if (Array.isArray(item.answerOption) && item.answerOption.length > 0) {
+        choices.set(item.linkId, optionChoices(item));
+        continue;
+      }
+      const valueSet =
+        typeof item.answerValueSet === 'string' ? valueSets.get(item.answerValueSet) : undefined;
+      if (!valueSet) continue;
+      try {
+        const expanded = expandValueSet(valueSet, { now: now.toISOString() });
+        choices.set(item.linkId, codingChoices((expanded.expansion.contains ?? []).map((c) => ({ ...c }))));
+      } catch {
+        // A ValueSet casebook cannot enumerate: the item keeps its stored answers (form-data.ts hasField).
+      }
     }
-    if (typeof item.answerValueSet !== 'string') continue;
-    const canonical = item.answerValueSet;
-    const valueSet = canonical.startsWith('#')
-      ? (questionnaire.contained ?? []).find(
-          (c) => c.resourceType === 'ValueSet' && c.id === canonical.slice(1),
-        )
-      : await resolve('ValueSet', canonical);
-    if (!valueSet) continue;
-    try {
-      const expanded = expandValueSet(valueSet, { now: now.toISOString() });
-      choices.set(item.linkId, codingChoices((expanded.expansion.contains ?? []).map((c) => ({ ...c }))));
-    } catch {
-      // A ValueSet casebook cannot enumerate: the item falls back to a code input.
-    }
-  }
+  };
+  walk(questionnaire.item);
   return choices;
 };
 
@@ -116,13 +123,13 @@ const loadReport = async (
       `the form of this report (${canonical || 'none'}) is not available to you`,
     );
   const q = questionnaire as unknown as Questionnaire;
-  return {
-    task,
-    patient,
-    response,
-    questionnaire: q,
-    choices: await choicesOf(q, resolve, page.command.now),
-  };
+  const resolved = await resolveAnswerValueSets(q, formResolver(casebook, page.principal, q));
+  const choices = withStoredChoices(
+    choicesOf(q, resolved, page.command.now),
+    (response.resource as unknown as QuestionnaireResponse).item,
+  );
+  const valueSets = new Map([...resolved].map(([canonical, valueSet]) => [canonical, membersOf(valueSet)]));
+  return { task, patient, response, questionnaire: q, form: defineForm(q), choices, valueSets };
 };
 
 const STATUS_LABELS: Record<string, string> = {
@@ -131,11 +138,23 @@ const STATUS_LABELS: Record<string, string> = {
   amended: 'Amended',
 };
 
+/** What the editor page shows. */
 interface EditorView {
-  readonly items: QuestionnaireResponse['item'];
-  readonly errors?: Map<string, string[]>;
-  readonly summary?: { linkId: string | undefined; message: string }[];
+  /** The whole form as a response (every field's item: src/sdc/engine/tree.ts completeTree). */
+  readonly page: QuestionnaireResponse;
+  /** Enablement by node key. */
+  readonly enabled: ReadonlyMap<string, boolean>;
+  /** Field messages by node key. */
+  readonly errors?: ReadonlyMap<string, readonly string[]>;
+  readonly summary?: readonly SummaryEntry[];
   readonly notice?: string;
+}
+
+/** One line of the error summary: a field's message, linked to the field when it has one. */
+interface SummaryEntry {
+  readonly linkId: string | undefined;
+  readonly key: string | undefined;
+  readonly message: string;
 }
 
 const renderEditor = async (
@@ -146,31 +165,24 @@ const renderEditor = async (
   view: EditorView,
   status: number,
 ) => {
-  const { task, patient, response, questionnaire, choices } = report;
+  const { task, patient, response, questionnaire, form, choices, valueSets } = report;
   const qrStatus = String(response.resource.status ?? '');
-  const errors = view.errors ?? new Map<string, string[]>();
-  const answers = answersByLinkId(view.items);
-  const values: Record<string, (string | number | boolean)[]> = {};
-  for (const [linkId, list] of answers)
-    values[linkId] = list.map((a) => normaliseValue(a, 'value')).filter((v) => v !== undefined);
-  const enabled = evaluateEnableWhen(rulesOf(questionnaire.item), values);
-  const items = renderItems(questionnaire.item, view.items, {
+  const items = renderItems(questionnaire.item, view.page.item, {
     readonly: page.readonly,
     choices,
-    errors,
-    enabled,
+    errors: view.errors ?? new Map(),
+    enabled: view.enabled,
   });
   const title = String(questionnaire.title ?? questionnaire.name ?? 'Report');
-  const byLinkId = itemsByLinkId(questionnaire.item);
   const summary =
     view.summary && view.summary.length > 0
       ? `<div id="error-summary" class="error-summary" role="alert" tabindex="-1" aria-labelledby="error-summary-title">
 <h2 id="error-summary-title">The report cannot be submitted yet</h2><ul>${view.summary
           .map((s) => {
-            const item = s.linkId ? byLinkId.get(s.linkId) : undefined;
+            const item = s.linkId ? form.byLinkId.get(s.linkId)?.item : undefined;
             const name = item ? escapeHtml(String(item.text ?? item.linkId)) : '';
             const text = `${name ? `${name}: ` : ''}${escapeHtml(s.message)}`;
-            return `<li>${s.linkId ? `<a href="#${itemAnchor(s.linkId)}">${text}</a>` : text}</li>`;
+            return `<li>${s.key ? `<a href="#${itemAnchor(s.key)}">${text}</a>` : text}</li>`;
           })
           .join('')}</ul></div>`
       : '';
@@ -182,6 +194,14 @@ const renderEditor = async (
     typeof questionnaire.version === 'string' ? `Version ${escapeHtml(questionnaire.version)} · ` : ''
   }Task ${task.id}</p></div>${badge}</div>`;
   const action = withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry);
+  const assets = page.readonly ? undefined : await editorAssets(casebook);
+  const data: EditorData = {
+    questionnaire,
+    choices: [...choices],
+    valueSets: [...valueSets],
+    stored: (response.resource as unknown as QuestionnaireResponse).item,
+    ...(assets?.worker ? { worker: assets.worker } : {}),
+  };
   const body = page.readonly
     ? `<main id="main">${head}<p class="readonly-note" role="note">This report is open read-only: answers cannot be changed here.</p>
 <div class="card report readonly">${items || '<p class="hint">This form has no questions.</p>'}</div></main>`
@@ -189,13 +209,14 @@ const renderEditor = async (
 <form id="report-form" method="post" action="${escapeHtml(action)}" novalidate>
 <input type="hidden" name="cb:tz" value="Z">${carriedInputs(page.carry)}
 <div class="card report">${items || '<p class="hint">This form has no questions.</p>'}</div>
+<p id="cb-live" class="visually-hidden" role="status" aria-live="polite"></p>
 <div class="actions" role="group" aria-label="Report actions">
 <button type="submit" name="action" value="cancel" class="secondary" formnovalidate>Cancel</button>
 <span class="spacer"></span>
 <button type="submit" name="action" value="save" class="secondary">Save draft</button>
 <button type="submit" name="action" value="submit" class="primary">Submit report</button>
 </div></form>
-<script type="application/json" id="cb-data">${scriptJson(editorData(questionnaire.item, choices))}</script></main>`;
+<script type="application/json" id="cb-data">${scriptJson(data)}</script></main>`;
   sendHtml(
     ctx,
     status,
@@ -204,46 +225,35 @@ const renderEditor = async (
       chrome: page.chrome,
       topBar: patientBanner(patient?.resource),
       body,
-      ...(page.readonly ? {} : { script: EDITOR_SCRIPT }),
+      ...(assets ? { scripts: assets.scripts } : {}),
     }),
   );
 };
 
-/** GET {app_url}/tasks/:id/report. */
+/**
+ * GET {app_url}/tasks/:id/report: the stored answers, with enablement and calculated values as the
+ * engine gives them now.
+ */
 export const showReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
   const page = await pageContext(ctx, casebook);
   const report = await loadReport(page, casebook, ctx.params.id);
   const notice =
     ctx.query.saved !== undefined ? 'Saved. Your answers are stored; you can continue later.' : undefined;
+  const shown = structuredClone(report.response.resource) as unknown as QuestionnaireResponse;
+  const run = runForm(report.form, shown, {
+    complete: true,
+    calculate: true,
+    budget: evaluationBudget(ctx),
+    now: page.command.now,
+  });
   await renderEditor(
     ctx,
     casebook,
     page,
     report,
-    { items: report.response.resource.item as QuestionnaireResponse['item'], ...(notice ? { notice } : {}) },
+    { page: shown, enabled: run.enablementByKey(), ...(notice ? { notice } : {}) },
     200,
   );
-};
-
-/** A validation message for the field: the item's label is already next to it. */
-const fieldMessage = (issue: { code: string; diagnostics: string }): string =>
-  issue.code === 'required'
-    ? 'An answer is required.'
-    : `${issue.diagnostics
-        .replace(
-          /(?:group |question )?'[^']*' \(linkId "(?:[^"\\]|\\.)*"\)|linkId "(?:[^"\\]|\\.)*"/g,
-          'this answer',
-        )
-        .replace(/^this answer/, 'This answer')}`;
-
-const linkIdOfDiagnostics = (diagnostics: string): string | undefined => {
-  const m = /linkId ("(?:[^"\\]|\\.)*")/.exec(diagnostics);
-  if (!m) return undefined;
-  try {
-    return JSON.parse(m[1]!) as string;
-  } catch {
-    return undefined;
-  }
 };
 
 /** Where the browser goes next: a checked redirect with the parameters appended, or undefined. */
@@ -300,7 +310,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
   if (action !== 'save' && action !== 'submit' && action !== 'cancel')
     throw new DomainError('invalid', 'InvalidAction', 'action must be save, submit or cancel', 'action');
   const report = await loadReport(page, casebook, ctx.params.id);
-  const { task, response, questionnaire } = report;
+  const { task, response } = report;
 
   if (action === 'cancel') {
     const { url, problem } = await redirectTarget(
@@ -330,53 +340,47 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
     throw new DomainError('forbidden', 'ReadOnly', 'this report was opened read-only and cannot be changed');
 
   const current = response.resource as unknown as QuestionnaireResponse;
-  const built = buildItems(questionnaire.item, body, {
-    choices: report.choices,
-    existing: current.item ?? [],
-  });
   const wasCompleted = current.status === 'completed' || current.status === 'amended';
   const status = action === 'submit' || wasCompleted ? 'completed' : 'in-progress';
   const { resourceType: _t, id: _i, meta: _m, ...content } = response.resource;
-  const { item: _old, ...rest } = content;
-  const next: QuestionnaireResponse = {
-    ...(rest as Omit<QuestionnaireResponse, 'resourceType'>),
-    resourceType: 'QuestionnaireResponse',
+  // The engine recomputes enablement and calculated values; on submit its checks may refuse.
+  const evaluated = evaluateEditorForm(report.form, body, {
+    choices: report.choices,
+    valueSets: report.valueSets,
+    stored: {
+      ...(content as Omit<QuestionnaireResponse, 'resourceType'>),
+      resourceType: 'QuestionnaireResponse',
+      status,
+    },
     status,
-    ...(built.items.length > 0 ? { item: built.items } : {}),
-    authored: page.command.now.toISOString(),
-  };
-
-  const errors = new Map(built.errors);
-  const summary: { linkId: string | undefined; message: string }[] = [];
-  for (const [linkId, messages] of built.errors)
-    for (const message of messages) summary.push({ linkId, message });
-  if (status === 'completed' && errors.size === 0) {
-    const outcome = await validateResponse(next, questionnaire, {
-      budget: evaluationBudget(ctx),
-      resolve: tenantResolver(casebook, page.principal),
-    });
-    for (const issue of outcome.issue) {
-      if (issue.severity !== 'error' && issue.severity !== 'fatal') continue;
-      const linkId =
-        linkIdOfDiagnostics(issue.diagnostics) ?? linkIdOfExpression(issue.expression?.[0] ?? '', next.item);
-      const message = fieldMessage(issue);
-      if (linkId) errors.set(linkId, [...(errors.get(linkId) ?? []), message]);
-      summary.push({ linkId, message });
-    }
-  }
-  if (status === 'completed' && built.errors.size === 0)
-    for (const linkId of missingRequired(questionnaire.item, next.item)) {
-      if (errors.has(linkId)) continue;
-      errors.set(linkId, ['An answer is required.']);
-      summary.push({ linkId, message: 'An answer is required.' });
-    }
+    check: status === 'completed',
+    budget: evaluationBudget(ctx),
+    now: page.command.now,
+  });
+  const summary: SummaryEntry[] = [];
+  const nodes = new Map(evaluated.run.context.tree.nodes.map((n) => [n.key, n]));
+  for (const [key, messages] of evaluated.errors)
+    for (const message of messages) summary.push({ linkId: nodes.get(key)?.def.linkId, key, message });
+  for (const problem of evaluated.refusals)
+    if (problem.key === undefined)
+      summary.push({ linkId: problem.linkId, key: undefined, message: problem.message });
   if (summary.length > 0) {
-    const order = [...itemsByLinkId(questionnaire.item).keys()];
-    const rank = (linkId: string | undefined) => (linkId === undefined ? -1 : order.indexOf(linkId));
-    summary.sort((a, b) => rank(a.linkId) - rank(b.linkId));
-    await renderEditor(ctx, casebook, page, report, { items: next.item, errors, summary }, 422);
+    const rank = (entry: SummaryEntry) =>
+      entry.linkId === undefined
+        ? -1
+        : (report.form.byLinkId.get(entry.linkId)?.order ?? Number.MAX_SAFE_INTEGER);
+    summary.sort((a, b) => rank(a) - rank(b));
+    await renderEditor(
+      ctx,
+      casebook,
+      page,
+      report,
+      { page: evaluated.page, enabled: evaluated.run.enablementByKey(), errors: evaluated.errors, summary },
+      422,
+    );
     return;
   }
+  const next: QuestionnaireResponse = { ...evaluated.run.stored(), authored: page.command.now.toISOString() };
 
   // One append: the response and the Task (completed on submit) move together.
   await execute(page.command, (uow) =>

@@ -1,19 +1,30 @@
 /**
- * The report editor's form ↔ QuestionnaireResponse mapping (issue 5), pure.
+ * The report editor's form ↔ QuestionnaireResponse mapping (issues 5, 32), pure: the server maps a
+ * posted form with it, and the editor's Web Worker maps the page's fields with it, so both hand the
+ * form engine (src/sdc/engine/) the same response.
  *
- * Field names: every question is `q:<linkId>`, repeated for several answers. Choice fields carry
- * the option's code (or `system|code` when two options share a code), other fields the value as
- * the HTML input gives it. `cb:tz` is the browser's UTC offset (`+01:00`), used for dateTime.
- * Inside a repeating group every child field is submitted once per instance (text inputs and
- * selects always submit), so instance k takes the k-th value; `n:<groupLinkId>` is submitted once
- * per instance to count them.
+ * Field names: every question is `q:<linkId>`, repeated for several answers; a quantity's unit is
+ * `u:<linkId>`. Choice fields carry the option's code (or `system|code` when two options share a
+ * code), other fields the value as the HTML input gives it. `cb:tz` is the browser's UTC offset
+ * (`+01:00`), used for dateTime. Inside a repeating group every child field is submitted once per
+ * instance (text inputs and selects always submit), so instance k takes the k-th value;
+ * `n:<groupLinkId>` is submitted once per instance to count them.
  */
+import { answerText } from '../../sdc/engine/display.js';
+import {
+  EXT_CALCULATED_EXPRESSION,
+  extensionsOf,
+  unitOf,
+  unitOptionsOf,
+  unitText,
+} from '../../sdc/engine/extensions.js';
+import { instanceKey } from '../../sdc/engine/tree.js';
 import type {
+  Coding,
   QuestionnaireItem,
   QuestionnaireResponseAnswer,
   QuestionnaireResponseItem,
 } from '../../sdc/types.js';
-import { evaluateEnableWhen, normaliseValue, rulesOf, type Values } from './enable-when.js';
 
 /** A submitted form (koa-body urlencoded: repeated names become arrays). */
 export type FormBody = Readonly<Record<string, string | string[] | undefined>>;
@@ -28,7 +39,7 @@ export interface Choice {
 }
 
 /** Item types the editor has inputs for; answers of other types are kept as they were. */
-export const EDITABLE_TYPES = new Set([
+export const EDITABLE_TYPES: ReadonlySet<string> = new Set([
   'string',
   'text',
   'url',
@@ -39,8 +50,26 @@ export const EDITABLE_TYPES = new Set([
   'dateTime',
   'time',
   'coding',
+  'quantity',
   'question',
 ]);
+
+/** A calculated item (SDC calculatedExpression): shown, never edited; the engine gives its value. */
+export const isCalculated = (item: QuestionnaireItem): boolean =>
+  item.type !== 'group' &&
+  item.type !== 'display' &&
+  extensionsOf(item, EXT_CALCULATED_EXPRESSION).length > 0;
+
+/**
+ * Does the page have a field for the item? Not for calculated and `readOnly` items, types without
+ * inputs, and coded items whose answer list could not be loaded (their stored answers are kept:
+ * a code typed without its system would be a different answer).
+ */
+export const hasField = (item: QuestionnaireItem, choices: readonly Choice[] | undefined): boolean =>
+  EDITABLE_TYPES.has(item.type) &&
+  item.readOnly !== true &&
+  !isCalculated(item) &&
+  !(item.type === 'coding' && (choices?.length ?? 0) === 0 && item.answerConstraint !== 'optionsOrString');
 
 /** All values of a field, in order. */
 export const valuesOf = (body: FormBody, name: string): string[] => {
@@ -125,14 +154,80 @@ export const inputValueOf = (type: string, answer: QuestionnaireResponseAnswer):
   if (value === undefined || value === null) return '';
   if (type === 'dateTime' && typeof value === 'string') return value.slice(0, 16);
   if (type === 'boolean') return value === true ? 'true' : value === false ? 'false' : '';
+  if (type === 'quantity' && typeof value === 'object') {
+    const amount = (value as { value?: unknown }).value;
+    return typeof amount === 'number' ? String(amount) : '';
+  }
   if (typeof value === 'object') return '';
   return String(value);
 };
 
+/** The `u:` field value that shows a quantity answer's unit (undefined when none of the item's units). */
+export const unitValueOf = (
+  item: QuestionnaireItem,
+  answer: QuestionnaireResponseAnswer | undefined,
+): string | undefined => {
+  const quantity = answer?.valueQuantity as { code?: string; unit?: string; system?: string } | undefined;
+  if (!quantity) return undefined;
+  const unit = quantityUnits(item).find(
+    (u) =>
+      (quantity.code !== undefined && u.code === quantity.code) ||
+      (quantity.code === undefined && unitText(u) === quantity.unit),
+  );
+  return unit ? unitValue(unit) : undefined;
+};
+
+/**
+ * The choices of each item with the response's stored codings added where the list lacks them
+ * (a code since removed from its ValueSet): shown by their display and kept on the next save,
+ * never dropped in silence. Submitting them still meets the answerValueSet check.
+ */
+export const withStoredChoices = (
+  choices: ReadonlyMap<string, readonly Choice[]>,
+  items: readonly QuestionnaireResponseItem[] | undefined,
+): Map<string, Choice[]> => {
+  const out = new Map<string, Choice[]>([...choices].map(([linkId, list]) => [linkId, [...list]]));
+  const walk = (list: readonly QuestionnaireResponseItem[] | undefined) => {
+    for (const r of list ?? []) {
+      const known = out.get(r.linkId);
+      for (const answer of r.answer ?? []) {
+        const coding = answer.valueCoding as Coding | undefined;
+        if (known && coding && typeof coding.code === 'string' && choiceValueOf(known, answer) === undefined)
+          known.push({
+            value: `${coding.system ?? ''}|${coding.code}`,
+            label: `${coding.display ?? coding.code} (no longer listed)`,
+            answer: {
+              valueCoding: stripUndefined({
+                system: coding.system,
+                code: coding.code,
+                display: coding.display,
+              }),
+            },
+          });
+        walk(answer.item);
+      }
+      walk(r.item);
+    }
+  };
+  walk(items);
+  return out;
+};
+
+/** The units a quantity item is answered in: its unitOptions, else its questionnaire-unit. */
+export const quantityUnits = (item: QuestionnaireItem): Coding[] => {
+  const options = unitOptionsOf(item);
+  if (options.length > 0) return options;
+  const unit = unitOf(item);
+  return unit ? [unit] : [];
+};
+
+/** The form value of a unit (its code, else its text). */
+export const unitValue = (unit: Coding): string => unit.code ?? unitText(unit);
+
 const OFFSET = /^[+-](?:0\d|1[0-4]):[0-5]\d$|^Z$/;
 
 /**
- * Converts one field value to an answer.
+ * Converts one field value to an answer; `unit` is the quantity's `u:` field.
  * @returns the answer, `null` for an empty value, or a message when the value is not valid.
  */
 export const answerOf = (
@@ -140,114 +235,123 @@ export const answerOf = (
   raw: string,
   choices: readonly Choice[] | undefined,
   tz: string,
+  unit?: string,
 ): QuestionnaireResponseAnswer | null | string => {
   const text = raw.trim();
   if (text === '') return null;
   if (choices && choices.length > 0) {
     const match = choices.find((c) => c.value === text);
     if (match) return { ...match.answer };
-    if (item.answerConstraint === 'optionsOrString') return { valueString: text };
-    return 'choose one of the listed answers';
+    // An open choice's own text is a string, never a code without a system.
+    if (item.answerConstraint === 'optionsOrString') return { valueString: raw.replace(/\r\n/g, '\n') };
+    return 'Choose one of the listed answers.';
   }
   switch (item.type) {
     case 'boolean':
       if (text === 'true') return { valueBoolean: true };
       if (text === 'false') return { valueBoolean: false };
-      return 'answer Yes or No';
+      return 'Answer Yes or No.';
     case 'integer': {
-      if (!/^[+-]?\d+$/.test(text)) return 'enter a whole number';
+      if (!/^[+-]?\d+$/.test(text)) return 'Enter a whole number.';
       const n = Number(text);
       return Number.isSafeInteger(n) && Math.abs(n) <= 2_147_483_647
         ? { valueInteger: n }
-        : 'the number is too large';
+        : 'The number is too large.';
     }
-    case 'decimal': {
-      if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text)) return 'enter a number';
-      return { valueDecimal: Number(text) };
+    case 'decimal':
+    case 'quantity': {
+      if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text)) return 'Enter a number.';
+      const value = Number(text);
+      if (!Number.isFinite(value)) return 'The number is too large.';
+      if (item.type === 'decimal') return { valueDecimal: value };
+      const units = quantityUnits(item);
+      const chosen = units.length === 1 ? units[0] : units.find((u) => unitValue(u) === unit);
+      if (units.length > 1 && !chosen) return 'Choose a unit.';
+      return {
+        valueQuantity: stripUndefined({
+          value,
+          unit: chosen ? unitText(chosen) : undefined,
+          system: chosen?.system,
+          code: chosen?.code,
+        }),
+      };
     }
     case 'date':
-      return /^\d{4}(-\d{2}(-\d{2})?)?$/.test(text) ? { valueDate: text } : 'enter a date (YYYY-MM-DD)';
+      return /^\d{4}(-\d{2}(-\d{2})?)?$/.test(text) ? { valueDate: text } : 'Enter a date (YYYY-MM-DD).';
     case 'dateTime': {
       const m = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2}(\.\d+)?)?$/.exec(text);
       if (m) return { valueDateTime: `${m[1]}T${m[2]}${m[3] ?? ':00'}${OFFSET.test(tz) ? tz : 'Z'}` };
       if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(text))
         return { valueDateTime: text };
-      return 'enter a date and time';
+      return 'Enter a date and time.';
     }
     case 'time': {
       const m = /^(\d{2}:\d{2})(:\d{2})?$/.exec(text);
-      return m ? { valueTime: `${m[1]}${m[2] ?? ':00'}` } : 'enter a time (hh:mm)';
+      return m ? { valueTime: `${m[1]}${m[2] ?? ':00'}` } : 'Enter a time (hh:mm).';
     }
     case 'url':
       return { valueUri: text };
-    case 'coding':
-      return { valueCoding: { code: text } };
     default:
       return { valueString: raw.replace(/\r\n/g, '\n') };
   }
 };
 
+/**
+ * The most instances of one repeating group a form may post (a report with more than 100 nodules
+ * is not a report): the editor's tree grows with every instance, so a crafted post cannot make
+ * the engine hold the event loop.
+ */
+export const MAX_REPEAT_INSTANCES = 100;
+
 /** Options of {@link buildItems}. */
 export interface BuildOptions {
-  /** Choices per linkId (answerOption or expanded answerValueSet). */
+  /** Choices per linkId (answerOption or expanded answerValueSet, see {@link withStoredChoices}). */
   readonly choices: ReadonlyMap<string, readonly Choice[]>;
-  /** The response's current items: answers of types without inputs are kept from here. */
+  /** The response's current items: answers of items without fields are kept from here. */
   readonly existing?: readonly QuestionnaireResponseItem[];
 }
 
 /** The result of {@link buildItems}. */
 export interface BuiltItems {
+  /** Every item the page shows, answered or not, in Questionnaire order (the engine prunes). */
   readonly items: QuestionnaireResponseItem[];
-  /** Field problems per linkId (values that are not valid for the item's type). */
+  /** Field problems (values that are not valid for the item's type) per node key (engine/tree.ts). */
   readonly errors: Map<string, string[]>;
 }
 
-const normalisedValues = (
-  items: readonly QuestionnaireItem[] | undefined,
-  body: FormBody,
-  choices: ReadonlyMap<string, readonly Choice[]>,
-  tz: string,
-): Values => {
-  const values: Record<string, (string | number | boolean)[]> = {};
-  const walk = (list: readonly QuestionnaireItem[] | undefined) => {
-    for (const item of list ?? []) {
-      if (typeof item?.linkId !== 'string') continue;
-      const answers = valuesOf(body, `q:${item.linkId}`)
-        .map((raw) => answerOf(item, raw, choices.get(item.linkId), tz))
-        .filter((a): a is QuestionnaireResponseAnswer => a !== null && typeof a !== 'string')
-        .map((a) => normaliseValue(a, 'value'))
-        .filter((v) => v !== undefined);
-      values[item.linkId] = answers;
-      walk(item.item);
-    }
+/** `compute`, called once per argument. */
+const remembered = <T>(compute: (key: string) => T): ((key: string) => T) => {
+  const known = new Map<string, T>();
+  return (key) => {
+    if (!known.has(key)) known.set(key, compute(key));
+    return known.get(key)!;
   };
-  walk(items);
-  return values;
 };
 
-const findExisting = (
+/** The answers of `linkId` in `existing`, occurrence by occurrence (instance k of a repeating group: the k-th). */
+const existingAnswers = (
   existing: readonly QuestionnaireResponseItem[] | undefined,
   linkId: string,
-): QuestionnaireResponseItem | undefined => {
-  for (const r of existing ?? []) {
-    if (r.linkId === linkId) return r;
-    const inner =
-      findExisting(r.item, linkId) ??
-      findExisting(
-        r.answer?.flatMap((a) => a.item ?? []),
-        linkId,
-      );
-    if (inner) return inner;
-  }
-  return undefined;
+): QuestionnaireResponseAnswer[][] => {
+  const found: QuestionnaireResponseAnswer[][] = [];
+  const walk = (list: readonly QuestionnaireResponseItem[] | undefined) => {
+    for (const r of list ?? []) {
+      if (r.linkId === linkId) found.push(r.answer ?? []);
+      walk(r.item);
+      for (const a of r.answer ?? []) walk(a.item);
+    }
+  };
+  walk(existing);
+  return found;
 };
 
 /**
- * Builds the response items from a submitted form: Questionnaire order, groups with their
- * children, empty answers dropped (and items left without answers), answers of disabled items
- * (enableWhen over the submitted values) ignored, a non-repeating question keeps its first value.
- * Answers of item types without inputs (attachment, reference, quantity) and of `readOnly` items
- * are kept from `existing`.
+ * Maps a submitted form to response items: every item the page shows (groups with their children,
+ * each instance of a repeating group, questions answered or not), answers in Questionnaire order,
+ * empty values dropped, a non-repeating question keeping its first value. Items without a field
+ * ({@link hasField}) keep their stored answers — the server, not the page, guarantees a read-only
+ * answer is never changed by a form post — except calculated ones, which the engine fills.
+ * Enablement is the engine's: answers of disabled items are still mapped here.
  */
 export const buildItems = (
   questionnaireItems: readonly QuestionnaireItem[] | undefined,
@@ -256,61 +360,69 @@ export const buildItems = (
 ): BuiltItems => {
   const tz = valuesOf(body, 'cb:tz')[0] ?? 'Z';
   const errors = new Map<string, string[]>();
-  const enabled = evaluateEnableWhen(
-    rulesOf(questionnaireItems),
-    normalisedValues(questionnaireItems, body, options.choices, tz),
-  );
-  const fail = (linkId: string, message: string) =>
-    errors.set(linkId, [...(errors.get(linkId) ?? []), message]);
+  // Each field is read once: instance k of a repeating group takes the k-th of the same list.
+  const field = remembered((name: string) => valuesOf(body, name));
+  const storedAnswers = remembered((linkId: string) => existingAnswers(options.existing, linkId));
+  const fail = (key: string, message: string) => errors.set(key, [...(errors.get(key) ?? []), message]);
+  const choicesOf = (linkId: string) => options.choices.get(linkId);
 
   /** `instance`: inside the k-th instance of a repeating group, take the k-th value of each field. */
-  const build = (list: readonly QuestionnaireItem[] | undefined, instance: number | undefined) => {
+  const build = (
+    list: readonly QuestionnaireItem[] | undefined,
+    prefix: string,
+    instance: number | undefined,
+  ): QuestionnaireResponseItem[] => {
     const out: QuestionnaireResponseItem[] = [];
     for (const item of list ?? []) {
       if (typeof item?.linkId !== 'string' || item.type === 'display') continue;
-      if (enabled[item.linkId] === false) continue;
+      const base = { linkId: item.linkId, ...(typeof item.text === 'string' ? { text: item.text } : {}) };
       if (item.type === 'group') {
         if (item.repeats === true && instance === undefined) {
-          const count = valuesOf(body, `n:${item.linkId}`).length;
-          for (let k = 0; k < count; k++) {
-            const children = build(item.item, k);
-            if (children.length > 0) out.push({ linkId: item.linkId, ...text(item), item: children });
-          }
+          const posted = field(`n:${item.linkId}`).length;
+          if (posted > MAX_REPEAT_INSTANCES)
+            fail(
+              `${prefix}${item.linkId}`,
+              `Give at most ${MAX_REPEAT_INSTANCES} of these (this form has ${posted}).`,
+            );
+          const count = Math.min(posted, MAX_REPEAT_INSTANCES);
+          for (let k = 0; k < count; k++)
+            out.push({ ...base, item: build(item.item, `${instanceKey(prefix, item.linkId, k)}/`, k) });
           continue;
         }
-        const children = build(item.item, instance);
-        if (children.length > 0) out.push({ linkId: item.linkId, ...text(item), item: children });
+        out.push({ ...base, item: build(item.item, prefix, instance) });
         continue;
       }
-      // Items without inputs, and Questionnaire `readOnly` items, keep their stored answers: the
-      // server, not the page, guarantees a read-only answer is never changed by a form post.
-      if (!EDITABLE_TYPES.has(item.type) || item.readOnly === true) {
-        const kept = findExisting(options.existing, item.linkId);
-        if (kept?.answer?.length) out.push({ linkId: item.linkId, ...text(item), answer: kept.answer });
+      const key = `${prefix}${item.linkId}`;
+      const nested = item.item?.length
+        ? build(item.item, `${instanceKey(prefix, item.linkId, 0)}/`, instance)
+        : [];
+      if (!hasField(item, choicesOf(item.linkId))) {
+        const stored = isCalculated(item) ? [] : (storedAnswers(item.linkId)[instance ?? 0] ?? []);
+        out.push({ ...base, ...(stored.length > 0 ? { answer: stored } : {}) });
         continue;
       }
-      const all = valuesOf(body, `q:${item.linkId}`);
-      const raws = instance === undefined ? all : all[instance] !== undefined ? [all[instance]!] : [];
+      const all = field(`q:${item.linkId}`);
+      const units = field(`u:${item.linkId}`);
+      const pick = <T>(values: T[]): T[] =>
+        instance === undefined ? values : values[instance] !== undefined ? [values[instance]!] : [];
+      const raws = pick(all);
+      const unit = pick(units)[0];
       const answers: QuestionnaireResponseAnswer[] = [];
       for (const raw of raws) {
-        const answer = answerOf(item, raw, options.choices.get(item.linkId), tz);
+        const answer = answerOf(item, raw, choicesOf(item.linkId), tz, unit);
         if (answer === null) continue;
-        if (typeof answer === 'string') fail(item.linkId, answer);
+        if (typeof answer === 'string') fail(key, answer);
         else if (!answers.some((a) => JSON.stringify(a) === JSON.stringify(answer))) answers.push(answer);
       }
       const kept = item.repeats === true ? answers : answers.slice(0, 1);
-      // Child questions of a question (answer.item) are not edited here; they ride on the first answer.
-      const nested = item.item?.length ? build(item.item, instance) : [];
+      // Child questions of a question (answer.item) ride on its first answer.
       if (kept.length > 0 && nested.length > 0) kept[0] = { ...kept[0], item: nested };
-      if (kept.length > 0) out.push({ linkId: item.linkId, ...text(item), answer: kept });
+      out.push({ ...base, ...(kept.length > 0 ? { answer: kept } : {}) });
     }
     return out;
   };
-  return { items: build(questionnaireItems, undefined), errors };
+  return { items: build(questionnaireItems, '', undefined), errors };
 };
-
-const text = (item: QuestionnaireItem): { text?: string } =>
-  typeof item.text === 'string' ? { text: item.text } : {};
 
 /** All items of a Questionnaire by linkId. */
 export const itemsByLinkId = (
@@ -320,7 +432,7 @@ export const itemsByLinkId = (
   const walk = (list: readonly QuestionnaireItem[] | undefined) => {
     for (const item of list ?? []) {
       if (typeof item?.linkId !== 'string') continue;
-      map.set(item.linkId, item);
+      if (!map.has(item.linkId)) map.set(item.linkId, item);
       walk(item.item);
     }
   };
@@ -328,69 +440,15 @@ export const itemsByLinkId = (
   return map;
 };
 
-/**
- * The linkId a validation issue is about: walks `QuestionnaireResponse.item[1].item[0].answer[0]…`
- * through the response.
- */
-export const linkIdOfExpression = (
-  expression: string,
-  items: readonly QuestionnaireResponseItem[] | undefined,
-): string | undefined => {
-  let current: { item?: QuestionnaireResponseItem[]; answer?: QuestionnaireResponseAnswer[] } = {
-    item: items ? [...items] : [],
-  };
-  let linkId: string | undefined;
-  for (const [, part, index] of expression.matchAll(/\.(item|answer)\[(\d+)\]/g)) {
-    const next: unknown = (current as Record<string, unknown[] | undefined>)[part!]?.[Number(index)];
-    if (!next || typeof next !== 'object') break;
-    if (part === 'item') linkId = (next as QuestionnaireResponseItem).linkId;
-    current = next as typeof current;
-  }
-  return linkId;
-};
-
-/**
- * Required questions left unanswered where their enclosing groups are absent from the response
- * (validateResponse checks required items only inside the groups that are present; the form shows
- * every group, so the clinician expects the marker to hold). Questions inside repeating groups and
- * disabled items (enableWhen over the response's answers) are left to validateResponse.
- */
-export const missingRequired = (
-  questionnaireItems: readonly QuestionnaireItem[] | undefined,
-  responseItems: readonly QuestionnaireResponseItem[] | undefined,
-): string[] => {
-  const answered = new Set<string>();
-  const present = new Set<string>();
-  const values: Record<string, (string | number | boolean)[]> = {};
-  const collect = (list: readonly QuestionnaireResponseItem[] | undefined) => {
-    for (const r of list ?? []) {
-      present.add(r.linkId);
-      if (r.answer?.length) {
-        answered.add(r.linkId);
-        values[r.linkId] = [
-          ...(values[r.linkId] ?? []),
-          ...r.answer.map((a) => normaliseValue(a, 'value')).filter((v) => v !== undefined),
-        ];
-      }
-      collect(r.item);
-      for (const a of r.answer ?? []) collect(a.item);
-    }
-  };
-  collect(responseItems);
-  const enabled = evaluateEnableWhen(rulesOf(questionnaireItems), values);
-  const missing: string[] = [];
-  const walk = (list: readonly QuestionnaireItem[] | undefined, parentPresent: boolean) => {
-    for (const item of list ?? []) {
-      if (typeof item?.linkId !== 'string' || enabled[item.linkId] === false) continue;
-      if (item.type === 'group') {
-        if (item.repeats !== true) walk(item.item, present.has(item.linkId));
-        continue;
-      }
-      // Inside a present group validateResponse reports it (with its own expression).
-      if (item.required === true && item.type !== 'display' && !parentPresent && !answered.has(item.linkId))
-        missing.push(item.linkId);
-    }
-  };
-  walk(questionnaireItems, false);
-  return missing;
+/** An answer as the read-only view shows it: its choice's label, else the engine's text (units included). */
+export const shownAnswer = (
+  item: QuestionnaireItem,
+  answer: QuestionnaireResponseAnswer,
+  choices: readonly Choice[] | undefined,
+): string => {
+  const value = choices ? choiceValueOf(choices, answer) : undefined;
+  return (
+    (value !== undefined ? choices?.find((c) => c.value === value)?.label : undefined) ??
+    answerText(item, answer)
+  );
 };

@@ -15,8 +15,18 @@ export interface LayoutOptions {
   readonly body: string;
   /** Already-escaped HTML for the top bar's right side (user, patient). */
   readonly topBar?: string;
-  readonly script?: string;
+  /** URLs of the page's scripts (the bundles of src/http/app/assets.ts): no inline script runs. */
+  readonly scripts?: readonly string[];
 }
+
+/**
+ * The Content-Security-Policy of every layout page (issue 32): scripts (and the editor's Web
+ * Worker) only from casebook's own origin, so no inline or injected script can run; the one
+ * stylesheet is inline. `form-action` is left open on purpose: the report form's answer is a 303
+ * to the EHR's post-submit/cancel address, and browsers apply `form-action` to that redirect.
+ */
+export const PAGE_CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; base-uri 'none'";
 
 const STYLE = `
 :root { --ink:#1d2733; --muted:#5b6b7c; --line:#d5dde6; --bg:#f4f6f9; --card:#fff; --accent:#0b5fa5; --accent-dark:#084a82; --accent-ink:#fff; --error:#b3261e; --error-bg:#fdecea; --ok:#1e7b3c; --ok-bg:#e7f4ec; --focus:#f2a900; }
@@ -51,7 +61,8 @@ h2 { font-size:1.1rem; margin:1.2rem 0 .6rem; }
 .error-summary { border:2px solid var(--error); background:var(--error-bg); border-radius:8px; padding:.8rem 1.1rem; margin-bottom:1rem; }
 .error-summary h2 { margin:.1rem 0 .4rem; color:var(--error); font-size:1.05rem; }
 .error-summary ul { margin:0; padding-left:1.2rem; }
-.error-summary a { color:var(--error); font-weight:500; }
+.error-summary li { margin:.15rem 0; }
+.error-summary a { color:var(--error); font-weight:500; display:inline-block; min-height:24px; line-height:24px; }
 .item { margin: 0 0 1.05rem; }
 .item[hidden] { display:none; }
 .q-label { display:block; font-weight:600; margin-bottom:.3rem; padding:0; }
@@ -66,6 +77,12 @@ p.display { margin:.2rem 0; color:var(--muted); }
 input[type=text], input[type=number], input[type=date], input[type=datetime-local], input[type=time], input[type=url], textarea, select {
   font: inherit; color:inherit; width:100%; max-width:34rem; padding:.45rem .6rem; border:1px solid #9fb0c2; border-radius:6px; background:#fff; }
 input[type=number], input[type=date], input[type=time], input[type=datetime-local] { max-width:16rem; }
+input[inputmode=numeric], input[inputmode=decimal] { max-width:12rem; }
+.with-unit { display:flex; align-items:center; gap:.5rem; }
+.unit { font-weight:600; white-space:nowrap; }
+select.unit-select { width:auto; }
+.calculated .q-label { display:block; }
+output.calculated-value { display:inline-block; min-width:5rem; padding:.35rem .6rem; font-weight:600; background:#f6f8fa; border:1px solid #e3e8ee; border-radius:6px; }
 textarea { max-width:100%; resize:vertical; }
 input[aria-invalid=true], textarea[aria-invalid=true], select[aria-invalid=true], fieldset[aria-invalid=true] .options { border-color:var(--error); box-shadow: 0 0 0 1px var(--error); }
 .options { display:flex; flex-direction:column; gap:.25rem; border-radius:6px; }
@@ -98,11 +115,11 @@ button.form-choice:hover { border-color:var(--accent); background:#f3f8fd; }
 
 /** A whole HTML document. */
 export const layout = (o: LayoutOptions): string => `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="${PAGE_CSP}"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(o.title)} · casebook</title><style>${STYLE}</style></head>
 <body class="${o.chrome}"><a class="skip" href="#main">Skip to content</a>${
   o.chrome === 'standalone'
     ? `<header class="topbar" role="banner"><span class="brand">casebook</span><span class="context">${o.topBar ?? ''}</span></header>`
     : ''
 }
-${o.body}${o.script ? `<script>${o.script}</script>` : ''}</body></html>`;
+${o.body}${(o.scripts ?? []).map((src) => `<script src="${escapeHtml(src)}" defer></script>`).join('')}</body></html>`;

@@ -1,79 +1,56 @@
 /**
- * HTML of a Questionnaire with a response's answers (issue 5 report editor), pure. Conventions the
- * browser tests rely on: each item wrapper has `data-linkid`; each input is named `q:<linkId>`;
- * errors are `.field-error` inside the wrapper; read-only answers are `.answer-readonly`.
+ * HTML of a Questionnaire with a response's answers (issues 5, 32 report editor), pure.
+ *
+ * Conventions the browser code (src/http/app/browser/) and the tests rely on: each item's wrapper
+ * has `data-linkid`, `data-type` and `data-key` (the form engine's node key, src/sdc/engine/tree.ts:
+ * `nodule[1]/nodule-size`); an instance of a repeating group is a `fieldset.instance`; each input
+ * is named `q:<linkId>` (a quantity's unit `u:<linkId>`); errors are `.field-error` inside the
+ * wrapper; a unit is a `.unit` element beside its input; a calculated value is the `output` of its
+ * wrapper; read-only answers are `.answer-readonly`.
  */
+import { unitOf, unitText } from '../../sdc/engine/extensions.js';
+import { instanceKey } from '../../sdc/engine/tree.js';
 import type {
   QuestionnaireItem,
   QuestionnaireResponseAnswer,
   QuestionnaireResponseItem,
 } from '../../sdc/types.js';
-import { normaliseValue, rulesOf } from './enable-when.js';
-import { type Choice, choiceValueOf, EDITABLE_TYPES, inputValueOf } from './form-data.js';
+import {
+  type Choice,
+  choiceValueOf,
+  hasField,
+  inputValueOf,
+  isCalculated,
+  quantityUnits,
+  shownAnswer,
+  unitValue,
+  unitValueOf,
+} from './form-data.js';
 import { escapeHtml } from './layout.js';
 
 /** Options of {@link renderItems}. */
 export interface RenderOptions {
   readonly readonly: boolean;
   readonly choices: ReadonlyMap<string, readonly Choice[]>;
-  /** Messages per linkId, shown next to the field. */
+  /** Messages per node key, shown next to the field. */
   readonly errors: ReadonlyMap<string, readonly string[]>;
-  /** linkId → enabled, as evaluated on the current answers (disabled items start hidden). */
-  readonly enabled: Readonly<Record<string, boolean>>;
+  /** Enablement per key, as the engine decided it (disabled items start hidden). */
+  readonly enabled: ReadonlyMap<string, boolean>;
 }
 
-/** Answers of the response per linkId (all instances, in order). */
-export const answersByLinkId = (
-  items: readonly QuestionnaireResponseItem[] | undefined,
-): Map<string, QuestionnaireResponseAnswer[]> => {
-  const map = new Map<string, QuestionnaireResponseAnswer[]>();
-  const walk = (list: readonly QuestionnaireResponseItem[] | undefined) => {
-    for (const r of list ?? []) {
-      if (typeof r?.linkId !== 'string') continue;
-      if (Array.isArray(r.answer)) {
-        map.set(r.linkId, [...(map.get(r.linkId) ?? []), ...r.answer]);
-        for (const a of r.answer) walk(a.item);
-      }
-      walk(r.item);
-    }
-  };
-  walk(items);
-  return map;
-};
-
-/** The DOM id of an item's wrapper (for the error summary's links). */
-export const itemAnchor = (linkId: string): string => `item-${linkId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+/**
+ * The DOM id of an item's wrapper (the error summary's links): the key with every character
+ * other than letters, digits and `-` written as `_<hex>_`, so two keys never share an id.
+ */
+export const itemAnchor = (key: string): string =>
+  `item-${key.replace(/[^A-Za-z0-9-]/g, (c) => `_${c.codePointAt(0)!.toString(16)}_`)}`;
 
 const attr = (value: string) => escapeHtml(value);
 
-/** Shows an answer as text (read-only mode and types without inputs). */
-export const answerText = (
-  answer: QuestionnaireResponseAnswer,
-  choices: readonly Choice[] | undefined,
-): string => {
-  if (choices) {
-    const value = choiceValueOf(choices, answer);
-    const choice = choices.find((c) => c.value === value);
-    if (choice) return choice.label;
-  }
-  for (const [key, value] of Object.entries(answer)) {
-    if (!key.startsWith('value')) continue;
-    if (typeof value === 'boolean') return value ? 'Yes' : 'No';
-    if (typeof value === 'string' || typeof value === 'number') return String(value);
-    if (value && typeof value === 'object') {
-      const v = value as Record<string, unknown>;
-      if (key === 'valueCoding') return String(v.display ?? v.code ?? '');
-      if (key === 'valueQuantity') return `${v.value ?? ''} ${v.unit ?? v.code ?? ''}`.trim();
-      if (key === 'valueReference') return String(v.display ?? v.reference ?? '');
-      if (key === 'valueAttachment') return String(v.title ?? v.url ?? 'attachment');
-    }
-  }
-  return '';
-};
-
+/** The response items of one scope, the key prefix, and whether it is an instance of a repeating group. */
 interface Scope {
-  readonly answers: Map<string, QuestionnaireResponseAnswer[]>;
-  /** In instance k of a repeating group: the instance's own answers. */
+  readonly items: readonly QuestionnaireResponseItem[];
+  readonly prefix: string;
   readonly instance: boolean;
 }
 
@@ -86,11 +63,14 @@ export const renderItems = (
   let counter = 0;
   const nextId = () => `f${++counter}`;
 
-  const errorsOf = (linkId: string, fieldId: string) => {
-    const messages = options.errors.get(linkId) ?? [];
+  const errorsOf = (key: string, fieldId: string, describe: readonly string[] = []) => {
+    const messages = options.errors.get(key) ?? [];
+    const ids = [...(messages.length > 0 ? [`${fieldId}-err`] : []), ...describe];
     return {
       html: messages.map((m) => `<p class="field-error" id="${fieldId}-err">${escapeHtml(m)}</p>`).join(''),
-      describedBy: messages.length > 0 ? ` aria-describedby="${fieldId}-err" aria-invalid="true"` : '',
+      describedBy:
+        (ids.length > 0 ? ` aria-describedby="${ids.join(' ')}"` : '') +
+        (messages.length > 0 ? ' aria-invalid="true"' : ''),
     };
   };
 
@@ -99,33 +79,45 @@ export const renderItems = (
       item.required === true && !options.readonly ? ' <span class="req" title="required">*</span>' : ''
     }`;
 
-  const wrapperStart = (item: QuestionnaireItem, extraClass = '', tag = 'div') =>
-    `<${tag} class="item item-${attr(item.type)}${extraClass}" data-linkid="${attr(item.linkId)}" data-type="${attr(item.type)}" id="${itemAnchor(item.linkId)}"${
-      options.enabled[item.linkId] === false ? ' hidden' : ''
+  const wrapperStart = (item: QuestionnaireItem, key: string, extraClass = '', tag = 'div') =>
+    `<${tag} class="item item-${attr(item.type)}${extraClass}" data-linkid="${attr(item.linkId)}" data-type="${attr(item.type)}" data-key="${attr(key)}" id="${itemAnchor(key)}"${
+      options.enabled.get(key) === false ? ' hidden' : ''
     }>`;
 
-  const renderReadonly = (item: QuestionnaireItem, answers: QuestionnaireResponseAnswer[]) => {
-    const shown = answers.map((a) => answerText(a, options.choices.get(item.linkId))).filter((t) => t !== '');
-    return `${wrapperStart(item)}<div class="q-label">${labelText(item)}</div>${
+  const answersIn = (scope: Scope, linkId: string): QuestionnaireResponseAnswer[] =>
+    scope.items.find((r) => r.linkId === linkId)?.answer ?? [];
+
+  const unitOfItem = (item: QuestionnaireItem): string =>
+    item.type === 'decimal' || item.type === 'integer' ? unitText(unitOf(item)) : '';
+
+  const renderReadonly = (
+    item: QuestionnaireItem,
+    key: string,
+    answers: QuestionnaireResponseAnswer[],
+    note = '',
+  ) => {
+    const shown = answers
+      .map((a) => shownAnswer(item, a, options.choices.get(item.linkId)))
+      .filter((t) => t !== '');
+    return `${wrapperStart(item, key)}<div class="q-label">${labelText(item)}</div>${note}${
       shown.length > 0
         ? shown.map((t) => `<div class="answer-readonly">${escapeHtml(t)}</div>`).join('')
         : '<div class="answer-readonly empty">—</div>'
-    }</div>`;
+    }`;
   };
 
   const textInput = (item: QuestionnaireItem, id: string, value: string, described: string) => {
     const name = `q:${attr(item.linkId)}`;
-    const common = `id="${id}" name="${name}"${described}${item.required === true ? ' aria-required="true"' : ''}${
-      item.readOnly === true ? ' readonly' : ''
-    }`;
+    const common = `id="${id}" name="${name}"${described}${item.required === true ? ' aria-required="true"' : ''}`;
     const max = typeof item.maxLength === 'number' ? ` maxlength="${item.maxLength}"` : '';
     switch (item.type) {
       case 'text':
         return `<textarea ${common} rows="4"${max}>${escapeHtml(value)}</textarea>`;
       case 'integer':
-        return `<input type="number" step="1" inputmode="numeric" ${common} value="${attr(value)}">`;
+        return `<input type="text" inputmode="numeric" ${common} value="${attr(value)}">`;
       case 'decimal':
-        return `<input type="number" step="any" inputmode="decimal" ${common} value="${attr(value)}">`;
+      case 'quantity':
+        return `<input type="text" inputmode="decimal" ${common} value="${attr(value)}">`;
       case 'date':
         return `<input type="date" ${common} value="${attr(value)}">`;
       case 'dateTime':
@@ -137,6 +129,33 @@ export const renderItems = (
       default:
         return `<input type="text" ${common} value="${attr(value)}"${max}>`;
     }
+  };
+
+  /** A number field with its unit beside it: a fixed unit as text, several as a select. */
+  const numberWithUnit = (
+    item: QuestionnaireItem,
+    id: string,
+    answer: QuestionnaireResponseAnswer | undefined,
+    errorKey: string,
+  ) => {
+    const units = item.type === 'quantity' ? quantityUnits(item) : [];
+    const fixed =
+      item.type === 'quantity' ? (units.length === 1 ? unitText(units[0]) : '') : unitOfItem(item);
+    const unitId = `${id}-unit`;
+    const { html: errorHtml, describedBy } = errorsOf(errorKey, id, fixed ? [unitId] : []);
+    const value = answer ? inputValueOf(item.type, answer) : '';
+    const unitHtml =
+      units.length > 1
+        ? `<select id="${unitId}" name="u:${attr(item.linkId)}" aria-label="Unit of ${attr(String(item.text ?? item.linkId))}" class="unit-select">${units
+            .map((u) => {
+              const v = unitValue(u);
+              return `<option value="${attr(v)}"${unitValueOf(item, answer) === v ? ' selected' : ''}>${escapeHtml(unitText(u))}</option>`;
+            })
+            .join('')}</select>`
+        : fixed
+          ? `<span class="unit" id="${unitId}">${escapeHtml(fixed)}</span>`
+          : '';
+    return `${errorHtml}<span class="with-unit">${textInput(item, id, value, describedBy)}${unitHtml}</span>`;
   };
 
   const selectInput = (
@@ -153,15 +172,17 @@ export const renderItems = (
       )
       .join('')}</select>`;
 
-  const renderQuestion = (item: QuestionnaireItem, scope: Scope): string => {
-    const answers = scope.answers.get(item.linkId) ?? [];
-    // A Questionnaire `readOnly` item (e.g. populated patient data) is shown, never edited.
-    if (options.readonly || item.readOnly === true || !EDITABLE_TYPES.has(item.type)) {
-      const html = renderReadonly(item, answers);
-      return html.replace(/<\/div>$/, `${renderChildren(item, scope)}</div>`);
-    }
+  const renderCalculated = (item: QuestionnaireItem, key: string, answers: QuestionnaireResponseAnswer[]) => {
     const id = nextId();
-    const { html: errorHtml, describedBy } = errorsOf(item.linkId, id);
+    const shown = answers.map((a) => shownAnswer(item, a, undefined)).filter(Boolean);
+    return `${wrapperStart(item, key, ' calculated')}<span class="q-label" id="${id}-label">${labelText(item)}</span><output id="${id}" class="calculated-value" aria-labelledby="${id}-label" aria-describedby="${id}-how">${
+      shown.length > 0 ? escapeHtml(shown.join(', ')) : '—'
+    }</output> <span class="hint" id="${id}-how">calculated</span>`;
+  };
+
+  const renderQuestion = (item: QuestionnaireItem, scope: Scope): string => {
+    const key = `${scope.prefix}${item.linkId}`;
+    const answers = answersIn(scope, item.linkId);
     const choices =
       item.type === 'boolean'
         ? [
@@ -169,9 +190,22 @@ export const renderItems = (
             { value: 'false', label: 'No', answer: { valueBoolean: false } },
           ]
         : options.choices.get(item.linkId);
+    const children = renderChildren(item, scope);
+    if (!options.readonly && isCalculated(item))
+      return `${renderCalculated(item, key, answers)}${children}</div>`;
+    // A Questionnaire `readOnly` item (e.g. populated patient data) is shown, never edited.
+    if (options.readonly || !hasField(item, choices)) {
+      const unavailable =
+        !options.readonly && item.type === 'coding' && (choices?.length ?? 0) === 0
+          ? '<p class="hint">The list of answers for this question is not available; the answer is kept as it is.</p>'
+          : '';
+      return `${renderReadonly(item, key, answers, unavailable)}${children}</div>`;
+    }
+    const id = nextId();
     const name = `q:${attr(item.linkId)}`;
     let control: string;
     if (choices && choices.length > 0) {
+      const { html: errorHtml, describedBy } = errorsOf(key, id);
       const selected = answers
         .map((a) => choiceValueOf(choices, a))
         .filter((v): v is string => v !== undefined);
@@ -179,10 +213,14 @@ export const renderItems = (
         item.answerConstraint === 'optionsOrString'
           ? answers
               .filter((a) => choiceValueOf(choices, a) === undefined)
-              .map((a) => answerText(a, undefined))[0]
+              .map((a) => shownAnswer(item, a, undefined))[0]
           : undefined;
       if (scope.instance || (choices.length > 6 && item.repeats !== true)) {
-        control = `<label class="q-label" for="${id}">${labelText(item)}</label>${errorHtml}${selectInput(item, id, choices, selected[0], describedBy)}`;
+        control = `<label class="q-label" for="${id}">${labelText(item)}</label>${errorHtml}${selectInput(item, id, choices, selected[0], describedBy)}${
+          item.answerConstraint === 'optionsOrString'
+            ? `<label class="other" for="${id}-other">Other <input type="text" id="${id}-other" name="${name}" value="${attr(other ?? '')}"></label>`
+            : ''
+        }`;
       } else {
         const kind = item.repeats === true ? 'checkbox' : 'radio';
         control = `<fieldset class="choices" id="${id}"${describedBy}><legend class="q-label">${labelText(item)}</legend>${errorHtml}<div class="options${choices.length <= 4 && kind === 'radio' ? ' inline' : ''}">${choices
@@ -190,7 +228,7 @@ export const renderItems = (
             const optionId = `${id}-${i}`;
             return `<label class="option" for="${optionId}"><input type="${kind}" id="${optionId}" name="${name}" value="${attr(c.value)}"${
               selected.includes(c.value) ? ' checked' : ''
-            }${item.readOnly === true ? ' disabled' : ''}> <span>${escapeHtml(c.label)}</span></label>`;
+            }> <span>${escapeHtml(c.label)}</span></label>`;
           })
           .join('')}</div>${
           item.answerConstraint === 'optionsOrString'
@@ -199,6 +237,7 @@ export const renderItems = (
         }</fieldset>`;
       }
     } else if (item.repeats === true && !scope.instance) {
+      const { html: errorHtml, describedBy } = errorsOf(key, id);
       const values = answers.map((a) => inputValueOf(item.type, a));
       if (values.length === 0) values.push('');
       control = `<label class="q-label" for="${id}">${labelText(item)}</label>${errorHtml}<div class="repeats" data-repeats="${attr(item.linkId)}">${values
@@ -213,95 +252,68 @@ export const renderItems = (
         .join(
           '',
         )}</div><button type="button" class="secondary add-answer" data-add-answer="${attr(item.linkId)}">Add another</button>`;
+    } else if (item.type === 'quantity' || unitOfItem(item)) {
+      control = `<label class="q-label" for="${id}">${labelText(item)}</label>${numberWithUnit(item, id, answers[0], key)}`;
     } else {
+      const { html: errorHtml, describedBy } = errorsOf(key, id);
       const value = answers[0] ? inputValueOf(item.type, answers[0]) : '';
       control = `<label class="q-label" for="${id}">${labelText(item)}</label>${errorHtml}${textInput(item, id, value, describedBy)}`;
     }
-    return `${wrapperStart(item)}${control}${renderChildren(item, scope)}</div>`;
+    return `${wrapperStart(item, key)}${control}${children}</div>`;
   };
 
-  const renderChildren = (item: QuestionnaireItem, scope: Scope): string =>
-    item.item?.length
-      ? `<div class="children">${item.item.map((c) => renderItem(c, scope)).join('')}</div>`
-      : '';
+  const renderChildren = (item: QuestionnaireItem, scope: Scope): string => {
+    if (!item.item?.length) return '';
+    const own = scope.items.find((r) => r.linkId === item.linkId);
+    const inner: Scope = {
+      items: own?.answer?.[0]?.item ?? [],
+      prefix: `${instanceKey(scope.prefix, item.linkId, 0)}/`,
+      instance: scope.instance,
+    };
+    return `<div class="children">${item.item.map((c) => renderItem(c, inner)).join('')}</div>`;
+  };
 
   const renderItem = (item: QuestionnaireItem, scope: Scope): string => {
     if (typeof item?.linkId !== 'string') return '';
+    const key = `${scope.prefix}${item.linkId}`;
     if (item.type === 'display')
-      return `${wrapperStart(item)}<p class="display">${escapeHtml(String(item.text ?? ''))}</p></div>`;
+      return `${wrapperStart(item, key)}<p class="display">${escapeHtml(String(item.text ?? ''))}</p></div>`;
     if (item.type !== 'group') return renderQuestion(item, scope);
     const legend = `<legend>${labelText(item)}</legend>`;
-    const groupErrors = (options.errors.get(item.linkId) ?? [])
+    const groupErrors = (options.errors.get(key) ?? [])
       .map((m) => `<p class="field-error">${escapeHtml(m)}</p>`)
       .join('');
+    const instances = scope.items.filter((r) => r.linkId === item.linkId);
     if (item.repeats === true && !scope.instance) {
-      const instances = instancesOf(item.linkId);
       if (instances.length === 0) instances.push({ linkId: item.linkId });
       const body = instances
-        .map((instance) => {
-          const inner: Scope = { answers: answersByLinkId(instance.item), instance: true };
-          return `<fieldset class="group instance" data-linkid="${attr(item.linkId)}">${legend}${
+        .map((instance, k) => {
+          const instanceKeyText = instanceKey(scope.prefix, item.linkId, k);
+          const inner: Scope = { items: instance.item ?? [], prefix: `${instanceKeyText}/`, instance: true };
+          const errors = (options.errors.get(instanceKeyText) ?? [])
+            .map((m) => `<p class="field-error">${escapeHtml(m)}</p>`)
+            .join('');
+          return `<fieldset class="group instance" data-linkid="${attr(item.linkId)}" data-key="${attr(instanceKeyText)}" id="${itemAnchor(instanceKeyText)}"${
+            options.enabled.get(instanceKeyText) === false ? ' hidden' : ''
+          }>${legend}${errors}${
             options.readonly ? '' : `<input type="hidden" name="n:${attr(item.linkId)}" value="1">`
           }${(item.item ?? []).map((c) => renderItem(c, inner)).join('')}</fieldset>`;
         })
         .join('');
-      return `${wrapperStart(item, ' group-repeat')}${groupErrors}<div class="instances">${body}</div>${
+      return `${wrapperStart(item, key, ' group-repeat')}${groupErrors}<div class="instances">${body}</div>${
         options.readonly
           ? ''
           : `<button type="button" class="secondary add-group" data-add-group="${attr(item.linkId)}">Add another ${escapeHtml(String(item.text ?? ''))}</button>`
       }</div>`;
     }
-    return `${wrapperStart(item, ' group', 'fieldset')}${legend}${groupErrors}${(item.item ?? [])
-      .map((c) => renderItem(c, scope))
+    const inner: Scope = { items: instances[0]?.item ?? [], prefix: scope.prefix, instance: scope.instance };
+    return `${wrapperStart(item, key, ' group', 'fieldset')}${legend}${groupErrors}${(item.item ?? [])
+      .map((c) => renderItem(c, inner))
       .join('')}</fieldset>`;
   };
 
-  const instancesOf = (linkId: string): QuestionnaireResponseItem[] => {
-    const found: QuestionnaireResponseItem[] = [];
-    const walk = (list: readonly QuestionnaireResponseItem[] | undefined) => {
-      for (const r of list ?? []) {
-        if (r.linkId === linkId) found.push(r);
-        else {
-          walk(r.item);
-          for (const a of r.answer ?? []) walk(a.item);
-        }
-      }
-    };
-    walk(responseItems);
-    return found;
-  };
-
-  const root: Scope = { answers: answersByLinkId(responseItems), instance: false };
+  const root: Scope = { items: responseItems ?? [], prefix: '', instance: false };
   return (items ?? []).map((item) => renderItem(item, root)).join('');
-};
-
-/**
- * The data the editor script needs: enableWhen rules, and per question how a form value
- * normalises for comparison (choices: form value → normalised answer; others: the item type).
- */
-export const editorData = (
-  items: readonly QuestionnaireItem[] | undefined,
-  choices: ReadonlyMap<string, readonly Choice[]>,
-) => {
-  const types: Record<string, string> = {};
-  const choiceValues: Record<string, Record<string, string | number | boolean>> = {};
-  const walk = (list: readonly QuestionnaireItem[] | undefined) => {
-    for (const item of list ?? []) {
-      if (typeof item?.linkId !== 'string') continue;
-      types[item.linkId] = item.type;
-      const cs = choices.get(item.linkId);
-      if (cs) {
-        choiceValues[item.linkId] = {};
-        for (const c of cs) {
-          const v = normaliseValue(c.answer, 'value');
-          if (v !== undefined) choiceValues[item.linkId]![c.value] = v;
-        }
-      }
-      walk(item.item);
-    }
-  };
-  walk(items);
-  return { rules: rulesOf(items), types, choices: choiceValues };
 };
 
 /** JSON for a `<script type="application/json">` block (no `</script>` breakout). */

@@ -1,9 +1,10 @@
 /**
  * The application host on {app_url} (issue 5; docs/interface.md §1.2–1.3, §3.2, §4.2): the launch entry point,
- * form selection and the report editor. Errors thrown here become HTML error pages (src/http/app.ts).
+ * form selection, the report editor and its browser bundles. Errors thrown here become HTML error pages (src/http/app.ts).
  */
 import Router from '@koa/router';
 import type { Casebook } from '../../casebook.js';
+import { ASSETS_PATH, serveAsset } from './assets-route.js';
 import { postReport, showReport } from './editor.js';
 import { chooseForm, formSelection } from './forms.js';
 import { launch } from './launch.js';
@@ -18,6 +19,7 @@ export const appRouter = (casebook: Casebook): Router => {
     ctx.set('X-Content-Type-Options', 'nosniff');
     await next();
   });
+  router.get(`${ASSETS_PATH}/:name`, serveAsset);
   router.get('/external/v1', (ctx) => launch(ctx, casebook));
   router.get('/tasks/:id/forms', (ctx) => formSelection(ctx, casebook));
   router.post('/tasks/:id/forms', (ctx) => chooseForm(ctx, casebook));

@@ -1,17 +1,29 @@
 /**
- * The report editor's form → QuestionnaireResponse mapping (issue 5), pure.
+ * The report editor's form → QuestionnaireResponse mapping (issues 5, 32), pure: every item the
+ * page shows becomes a response item, answered or not; enablement and pruning are the form
+ * engine's (test/http/app/editor-form.test.ts).
  */
 import { expect } from 'chai';
 import {
   answerOf,
   buildItems,
   codingChoices,
-  linkIdOfExpression,
-  missingRequired,
+  MAX_REPEAT_INSTANCES,
   optionChoices,
   valuesOf,
+  withStoredChoices,
 } from '../../../src/http/app/form-data.js';
-import type { QuestionnaireItem } from '../../../src/sdc/types.js';
+import type { QuestionnaireItem, QuestionnaireResponseItem } from '../../../src/sdc/types.js';
+
+const UCUM = 'http://unitsofmeasure.org';
+
+/** The answered part of built items: items without answers beneath them left out. */
+const answered = (items: readonly QuestionnaireResponseItem[]): QuestionnaireResponseItem[] =>
+  items.flatMap((item) => {
+    const children = answered(item.item ?? []);
+    if (!item.answer?.length && children.length === 0) return [];
+    return [{ ...item, ...(item.item ? { item: children } : {}) }];
+  });
 
 const SEVERITY: QuestionnaireItem = {
   linkId: 'severity',
@@ -92,7 +104,7 @@ describe('report editor form mapping', () => {
         { choices },
       );
       expect(errors.size).to.equal(0);
-      expect(items).to.deep.equal([
+      expect(answered(items)).to.deep.equal([
         { linkId: 'findings', text: 'Findings', answer: [{ valueString: ' Nodule ' }] },
         { linkId: 'contrast', text: 'Contrast given', answer: [{ valueBoolean: true }] },
         { linkId: 'agent', text: 'Contrast agent', answer: [{ valueString: 'Iohexol' }] },
@@ -114,23 +126,38 @@ describe('report editor form mapping', () => {
       ]);
     });
 
-    it('drops empty answers, and groups and items left without any', () => {
+    it('gives every item the page shows an item, answered or not (the engine prunes)', () => {
       const { items } = buildItems(
         ITEMS,
         { 'q:findings': '   ', 'q:date': '', 'q:refs': ['', ''] },
         { choices },
       );
-      expect(items).to.deep.equal([]);
+      expect(items.map((i) => i.linkId)).to.deep.equal([
+        'findings',
+        'contrast',
+        'agent',
+        'severity',
+        'exam',
+        'refs',
+        'scan',
+      ]);
+      expect(items.find((i) => i.linkId === 'exam')!.item!.map((i) => i.linkId)).to.deep.equal([
+        'date',
+        'size',
+        'count',
+        'at',
+      ]);
+      expect(answered(items)).to.deep.equal([]);
     });
 
-    it('ignores the answers of items whose enableWhen fails', () => {
+    it('maps the answers of items whose enableWhen fails too: enablement is the engine’s', () => {
       const { items } = buildItems(ITEMS, { 'q:contrast': 'false', 'q:agent': 'Iohexol' }, { choices });
-      expect(items.map((i) => i.linkId)).to.deep.equal(['contrast']);
+      expect(answered(items).map((i) => i.linkId)).to.deep.equal(['contrast', 'agent']);
     });
 
     it('keeps every value of a repeating question, once each', () => {
       const { items } = buildItems(ITEMS, { 'q:refs': ['CT 2025', '', 'MR 2024', 'CT 2025'] }, { choices });
-      expect(items).to.deep.equal([
+      expect(answered(items)).to.deep.equal([
         {
           linkId: 'refs',
           text: 'References',
@@ -144,13 +171,15 @@ describe('report editor form mapping', () => {
       expect(items[0]!.answer).to.deep.equal([{ valueString: 'a' }]);
     });
 
-    it('splits repeating group fields into instances by position', () => {
+    it('splits repeating group fields into instances by position, empty instances included', () => {
       const { items } = buildItems(
         ITEMS,
         { 'n:nodule': ['1', '1', '1'], 'q:loc': ['left', '', 'right'], 'q:mm': ['4', '', ''] },
         { choices },
       );
-      expect(items).to.deep.equal([
+      const nodules = items.filter((i) => i.linkId === 'nodule');
+      expect(nodules).to.have.length(3);
+      expect(answered(nodules)).to.deep.equal([
         {
           linkId: 'nodule',
           text: 'Nodule',
@@ -170,7 +199,7 @@ describe('report editor form mapping', () => {
     it('keeps answers of item types without inputs from the existing response', () => {
       const scan = { linkId: 'scan', answer: [{ valueAttachment: { url: 'urn:x', title: 'scan' } }] };
       const { items } = buildItems(ITEMS, {}, { choices, existing: [scan] });
-      expect(items).to.deep.equal([{ linkId: 'scan', text: 'Scan', answer: scan.answer }]);
+      expect(answered(items)).to.deep.equal([{ linkId: 'scan', text: 'Scan', answer: scan.answer }]);
     });
 
     it('keeps the stored answer of a readOnly item whatever the form posts', () => {
@@ -184,18 +213,121 @@ describe('report editor form mapping', () => {
         { choices: new Map(), existing: [stored] },
       );
       expect(items).to.deep.equal([stored]);
-      expect(buildItems(readOnly, { 'q:name': 'Somebody Else' }, { choices: new Map() }).items).to.deep.equal(
-        [],
-      );
+      expect(
+        answered(buildItems(readOnly, { 'q:name': 'Somebody Else' }, { choices: new Map() }).items),
+      ).to.deep.equal([]);
     });
 
-    it('reports values that are not valid for the item type, per linkId', () => {
+    it('ignores a posted value of a calculated item (the engine calculates it)', () => {
+      const calculated: QuestionnaireItem[] = [
+        {
+          linkId: 'bmi',
+          type: 'decimal',
+          extension: [
+            {
+              url: 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-calculatedExpression',
+              valueExpression: { language: 'text/fhirpath', expression: '1' },
+            },
+          ],
+        },
+      ];
+      const stored = { linkId: 'bmi', answer: [{ valueDecimal: 99 }] };
+      expect(
+        buildItems(calculated, { 'q:bmi': '12' }, { choices: new Map(), existing: [stored] }).items,
+      ).to.deep.equal([{ linkId: 'bmi' }]);
+    });
+
+    it('never makes a coding without a system: a coded item without its list keeps its stored answer', () => {
+      const coded: QuestionnaireItem[] = [{ linkId: 'rads', type: 'coding', answerValueSet: 'urn:vs' }];
+      const stored = {
+        linkId: 'rads',
+        answer: [{ valueCoding: { system: 'urn:lr', code: '4A', display: '4A' } }],
+      };
+      expect(
+        buildItems(coded, { 'q:rads': '4A' }, { choices: new Map(), existing: [stored] }).items,
+      ).to.deep.equal([{ linkId: 'rads', answer: stored.answer }]);
+      expect(buildItems(coded, { 'q:rads': '4A' }, { choices: new Map() }).items).to.deep.equal([
+        { linkId: 'rads' },
+      ]);
+    });
+
+    it('maps a quantity with its unit: the chosen unitOption, or the one unit', () => {
+      const items: QuestionnaireItem[] = [
+        {
+          linkId: 'depth',
+          type: 'quantity',
+          extension: [
+            {
+              url: 'http://hl7.org/fhir/StructureDefinition/questionnaire-unitOption',
+              valueCoding: { system: UCUM, code: 'mm', display: 'mm' },
+            },
+            {
+              url: 'http://hl7.org/fhir/StructureDefinition/questionnaire-unitOption',
+              valueCoding: { system: UCUM, code: 'cm', display: 'cm' },
+            },
+          ],
+        },
+        {
+          linkId: 'weight',
+          type: 'quantity',
+          extension: [
+            {
+              url: 'http://hl7.org/fhir/StructureDefinition/questionnaire-unit',
+              valueCoding: { system: UCUM, code: 'kg' },
+            },
+          ],
+        },
+      ];
+      const { items: built, errors } = buildItems(
+        items,
+        { 'q:depth': '2.5', 'u:depth': 'cm', 'q:weight': '80' },
+        { choices: new Map() },
+      );
+      expect(errors.size).to.equal(0);
+      expect(built).to.deep.equal([
+        {
+          linkId: 'depth',
+          answer: [{ valueQuantity: { value: 2.5, unit: 'cm', system: UCUM, code: 'cm' } }],
+        },
+        {
+          linkId: 'weight',
+          answer: [{ valueQuantity: { value: 80, unit: 'kg', system: UCUM, code: 'kg' } }],
+        },
+      ]);
+      expect([
+        ...buildItems(items, { 'q:depth': '2', 'u:depth': 'km' }, { choices: new Map() }).errors,
+      ]).to.deep.equal([['depth', ['Choose a unit.']]]);
+    });
+
+    it(`builds at most ${MAX_REPEAT_INSTANCES} instances of a repeating group, and says so at the group`, () => {
+      const started = performance.now();
+      const { items, errors } = buildItems(
+        ITEMS,
+        { 'n:nodule': Array(30_000).fill('1'), 'q:mm': Array(30_000).fill('4') },
+        {
+          choices,
+        },
+      );
+      expect(performance.now() - started).to.be.below(500);
+      expect(items.filter((i) => i.linkId === 'nodule')).to.have.length(MAX_REPEAT_INSTANCES);
+      expect([...errors]).to.deep.equal([
+        ['nodule', [`Give at most ${MAX_REPEAT_INSTANCES} of these (this form has 30000).`]],
+      ]);
+    });
+
+    it('reports values that are not valid for the item type, per node key', () => {
       const { errors } = buildItems(
         ITEMS,
-        { 'q:count': '2.5', 'q:severity': 'unknown', 'q:contrast': 'maybe' },
+        {
+          'q:count': '2.5',
+          'q:severity': 'unknown',
+          'q:contrast': 'maybe',
+          'n:nodule': ['1', '1'],
+          'q:mm': ['', 'x'],
+        },
         { choices },
       );
-      expect([...errors.keys()].sort()).to.deep.equal(['contrast', 'count', 'severity']);
+      expect([...errors.keys()].sort()).to.deep.equal(['contrast', 'count', 'nodule[1]/mm', 'severity']);
     });
   });
 
@@ -211,7 +343,7 @@ describe('report editor form mapping', () => {
       });
     });
 
-    it('accepts free text for optionsOrString and time without seconds', () => {
+    it('takes free text of an open choice as a string, and time without seconds', () => {
       expect(
         answerOf(
           { ...SEVERITY, answerConstraint: 'optionsOrString' },
@@ -226,32 +358,17 @@ describe('report editor form mapping', () => {
     });
   });
 
-  describe('missingRequired', () => {
-    it('names required questions of absent groups and the top level, not disabled ones', () => {
-      const items: QuestionnaireItem[] = [
-        ...ITEMS,
-        {
-          linkId: 'why',
-          type: 'string',
-          required: true,
-          enableWhen: [{ question: 'contrast', operator: '=', answerBoolean: true }],
-        },
-      ];
-      expect(
-        missingRequired(items, [{ linkId: 'contrast', answer: [{ valueBoolean: false }] }]),
-      ).to.deep.equal(['findings', 'date']);
-    });
-  });
-
-  describe('linkIdOfExpression', () => {
-    it('walks item and answer indexes through the response', () => {
-      const items = [
-        { linkId: 'a' },
-        { linkId: 'g', item: [{ linkId: 'b' }, { linkId: 'c', answer: [{ valueString: 'x' }] }] },
-      ];
-      expect(linkIdOfExpression('QuestionnaireResponse.item[1].item[1].answer[0]', items)).to.equal('c');
-      expect(linkIdOfExpression('QuestionnaireResponse.item[1]', items)).to.equal('g');
-      expect(linkIdOfExpression('QuestionnaireResponse', items)).to.equal(undefined);
+  describe('withStoredChoices', () => {
+    it('adds a stored coding the list no longer has, so it is shown by its display and kept', () => {
+      const list = new Map([['severity', optionChoices(SEVERITY)]]);
+      const gone = { system: 'urn:s', code: 'moderate', display: 'Moderate' };
+      const out = withStoredChoices(list, [{ linkId: 'severity', answer: [{ valueCoding: gone }] }]);
+      expect(out.get('severity')!.at(-1)).to.deep.equal({
+        value: 'urn:s|moderate',
+        label: 'Moderate (no longer listed)',
+        answer: { valueCoding: gone },
+      });
+      expect(list.get('severity')).to.have.length(2);
     });
   });
 });

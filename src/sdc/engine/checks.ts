@@ -1,0 +1,586 @@
+/**
+ * The answer checks of the form engine (issue 32; docs/interface.md §4.4 $validate "required
+ * fields, value types, constraints"): one set of rules for $validate and for the editor, on the
+ * server and, field by field, in the browser. Each rule is a named function over an explicit
+ * context; the lists below are the order they run in (issue 35 adds minOccurs/maxOccurs,
+ * quantity limits and optionExclusive as further rules).
+ *
+ * - Items: `required` where the item is enabled (enablement.ts); no answers on a disabled item;
+ *   one answer unless the item repeats.
+ * - Answers: an object with exactly one value[x] of the item's type (valueString too for
+ *   `optionsOrString`), valid syntax; then answerOption / answerValueSet membership by
+ *   answerConstraint, maxLength and the core extensions minLength, regex (RE2, budgeted), minValue,
+ *   maxValue, maxDecimalPlaces, and the unit of a quantity (questionnaire-unit / unitOption).
+ * - Invariants: `questionnaire-constraint` FHIRPath on each enabled item and on the response.
+ *
+ * A rule's finding has a `message` for the person at the field and `diagnostics` naming the item
+ * for an API client.
+ */
+
+import { matchesWhole } from '../regex.js';
+import { runWithinBudget } from '../run-within-budget.js';
+import {
+  type EngineContext,
+  type EngineProblem,
+  evaluateItemExpression,
+  evaluateRootExpression,
+  report,
+} from './context.js';
+import type { ItemDefinition } from './definition.js';
+import { enabledAt, hasAnswers, isEnabled } from './enablement.js';
+import {
+  arrayOf,
+  EXT_MAX_DECIMAL_PLACES,
+  EXT_MAX_VALUE,
+  EXT_MIN_LENGTH,
+  EXT_MIN_VALUE,
+  EXT_QUESTIONNAIRE_CONSTRAINT,
+  EXT_REGEX,
+  extensionValue,
+  isObject,
+  unitOf,
+  unitOptionsOf,
+  unitText,
+} from './extensions.js';
+import { itemsOf, keyAt, type ResponseNode, type Scope } from './tree.js';
+import {
+  answerKeyOf,
+  compareValues,
+  decimalPlaces,
+  describeValue,
+  sameUnit,
+  syntaxProblem,
+  valueKeys,
+} from './values.js';
+import type { ValueSetMembers } from './valuesets.js';
+
+/** What a rule found. */
+export interface Finding {
+  readonly code: string;
+  readonly message: string;
+  readonly diagnostics: string;
+  readonly advisory?: boolean;
+}
+
+/** What an answer rule looks at. */
+export interface AnswerCheck {
+  readonly engine: EngineContext;
+  readonly valueSets: ReadonlyMap<string, ValueSetMembers>;
+  readonly def: ItemDefinition;
+  readonly node: ResponseNode;
+  readonly answer: Record<string, unknown>;
+  /** The answer's value[x] key (`valueDecimal`); '' until the shape rules passed. */
+  readonly key: string;
+  readonly value: unknown;
+  readonly path: string;
+}
+
+/** A rule on one answer: a finding, or undefined when the answer passes. */
+export type AnswerRule = (check: AnswerCheck) => Finding | undefined;
+
+/** A rule on one item instance. */
+export type NodeRule = (
+  engine: EngineContext,
+  node: ResponseNode,
+) => (Finding & { expression?: string }) | undefined;
+
+const finding = (
+  def: ItemDefinition,
+  code: string,
+  message: string,
+  detail: string,
+  advisory = false,
+): Finding => ({
+  code,
+  message,
+  diagnostics: `${def.label}: ${detail}`,
+  ...(advisory ? { advisory } : {}),
+});
+
+// ------------------------------------------------------------------------------ item rules
+
+/** Answers on a disabled item (enableWhen) are refused: they would not be part of the report. */
+export const answeredWhileDisabled: NodeRule = (engine, node) =>
+  node.answers.length > 0 && !isEnabled(engine, node)
+    ? {
+        code: 'business-rule',
+        message: 'This question does not apply to the answers given, but it has an answer.',
+        diagnostics: `${node.def.label} is answered although it is disabled (enableWhen)`,
+      }
+    : undefined;
+
+/** A non-repeating question takes one answer. */
+export const singleAnswer: NodeRule = (_engine, node) =>
+  node.answers.length > 1 && node.def.item.repeats !== true
+    ? {
+        code: 'structure',
+        message: 'Give one answer only.',
+        diagnostics: `${node.def.label} does not repeat but has ${node.answers.length} answers`,
+        expression: `${node.path}.answer[1]`,
+      }
+    : undefined;
+
+/** The rules on each question instance, in order. */
+export const NODE_RULES: readonly NodeRule[] = [answeredWhileDisabled, singleAnswer];
+
+// ---------------------------------------------------------------------------- answer shape
+
+/** The rules on an answer's shape; the first that fails ends the answer's checks. */
+const answerShape = (check: AnswerCheck): Finding | { key: string; value: unknown } => {
+  const { def, answer } = check;
+  const keys = valueKeys(answer, 'value');
+  if (keys.length !== 1)
+    return keys.length
+      ? finding(
+          def,
+          'structure',
+          'This answer holds more than one value.',
+          `an answer holds exactly one value, not ${keys.join(', ')}`,
+        )
+      : finding(def, 'required', 'This answer has no value.', 'the answer has no value');
+  const key = keys[0]!;
+  const value = answer[key];
+  const expected = answerKeyOf(def.type);
+  const constrained = optionsOf(def).length > 0 || typeof def.item.answerValueSet === 'string';
+  const openChoice = constrained && def.item.answerConstraint === 'optionsOrString';
+  if (expected && key !== expected && !(openChoice && key === 'valueString'))
+    return {
+      code: 'value',
+      message: 'This answer is not of the kind this question takes.',
+      diagnostics: `${def.label} is of type ${def.type}: its answers are ${expected}${openChoice ? ' or valueString' : ''}, not ${key}`,
+    };
+  const syntax = syntaxProblem(key, value);
+  if (syntax) return finding(def, 'value', `This answer is not valid: it ${syntax}.`, `${key} ${syntax}`);
+  return { key, value };
+};
+
+// ---------------------------------------------------------------------------- answer rules
+
+const optionsOf = (def: ItemDefinition): Record<string, unknown>[] =>
+  arrayOf<unknown>(def.item.answerOption).filter(isObject);
+
+/** With answerConstraint optionsOnly (the default), a value must be one of the answerOptions. */
+export const answerOption: AnswerRule = ({ def, key, value }) => {
+  const options = optionsOf(def);
+  const constraint = def.item.answerConstraint ?? 'optionsOnly';
+  if (
+    options.length === 0 ||
+    constraint === 'optionsOrType' ||
+    (constraint === 'optionsOrString' && key === 'valueString')
+  )
+    return undefined;
+  const listed = options.some((o) => {
+    const own = valueKeys(o, 'value')[0];
+    return own !== undefined && compareValues(key, value, own, o[own]) === 0;
+  });
+  return listed
+    ? undefined
+    : finding(
+        def,
+        'code-invalid',
+        'Choose one of the listed answers.',
+        `${describeValue(key, value)} is not one of the answer options`,
+      );
+};
+
+/** With answerConstraint optionsOnly, a coding must be in the answerValueSet (when it could be resolved). */
+export const answerValueSet: AnswerRule = ({ def, key, value, valueSets }) => {
+  const canonical = def.item.answerValueSet;
+  const constraint = def.item.answerConstraint ?? 'optionsOnly';
+  if (typeof canonical !== 'string' || optionsOf(def).length > 0) return undefined;
+  if (constraint === 'optionsOrType' || (constraint === 'optionsOrString' && key === 'valueString'))
+    return undefined;
+  const members = valueSets.get(canonical);
+  if (!members)
+    return finding(
+      def,
+      'not-found',
+      'The list of answers could not be loaded, so this answer was not checked against it.',
+      `ValueSet ${canonical} could not be resolved, so membership of ${describeValue(key, value)} was not checked`,
+      true,
+    );
+  if (key !== 'valueCoding' || !isObject(value)) return undefined;
+  const found = members.codes.some(
+    (c) =>
+      c.code === value.code &&
+      (c.system === undefined || value.system === undefined || c.system === value.system),
+  );
+  if (found) return undefined;
+  return members.open
+    ? finding(
+        def,
+        'code-invalid',
+        'This answer is not in the list of answers.',
+        `${describeValue(key, value)} is not listed in ValueSet ${canonical}, which includes codes it does not enumerate; membership was not verified`,
+        true,
+      )
+    : finding(
+        def,
+        'code-invalid',
+        'Choose one of the listed answers.',
+        `${describeValue(key, value)} is not in ValueSet ${canonical}`,
+      );
+};
+
+const textOf = ({ key, value }: AnswerCheck): string | undefined =>
+  typeof value === 'string' && (key === 'valueString' || key === 'valueUri') ? value : undefined;
+
+/** At most `maxLength` characters (R5 Questionnaire.item.maxLength). */
+export const maxLength: AnswerRule = (check) => {
+  const text = textOf(check);
+  const max = check.def.item.maxLength;
+  if (text === undefined || typeof max !== 'number') return undefined;
+  const length = [...text].length;
+  return length > max
+    ? finding(
+        check.def,
+        'too-long',
+        `Use at most ${max} characters (this answer has ${length}).`,
+        `the answer has ${length} characters, more than maxLength ${max}`,
+      )
+    : undefined;
+};
+
+/** At least `minLength` characters (core extension). */
+export const minLength: AnswerRule = (check) => {
+  const text = textOf(check);
+  const min = extensionValue(check.def.item, EXT_MIN_LENGTH)?.[1];
+  if (text === undefined || typeof min !== 'number') return undefined;
+  const length = [...text].length;
+  return length < min
+    ? finding(
+        check.def,
+        'value',
+        `Use at least ${min} characters (this answer has ${length}).`,
+        `the answer has ${length} characters, fewer than minLength ${min}`,
+      )
+    : undefined;
+};
+
+/**
+ * The `regex` extension (R5 core; issue 10): the whole answer must match, on RE2 in linear time
+ * and within the evaluation budget. A pattern RE2 cannot compile, or one that runs out of time,
+ * is a warning that it was not applied; never an exception.
+ */
+export const regex: AnswerRule = (check) => {
+  const text = textOf(check);
+  const pattern = extensionValue(check.def.item, EXT_REGEX)?.[1];
+  if (text === undefined || typeof pattern !== 'string') return undefined;
+  let matched: boolean;
+  try {
+    matched = runWithinBudget(() => matchesWhole(pattern, text), check.engine.options.budget, pattern);
+  } catch (error) {
+    return finding(
+      check.def,
+      'processing',
+      'The format of this answer could not be checked.',
+      `the regex extension ${JSON.stringify(pattern)} was not applied: ${error instanceof Error ? error.message : String(error)}`,
+      true,
+    );
+  }
+  return matched
+    ? undefined
+    : finding(
+        check.def,
+        'value',
+        'This answer does not have the expected format.',
+        `${JSON.stringify(text)} does not match the pattern ${pattern}`,
+      );
+};
+
+/** A limit as the person reads it: the value with the item's unit (`300 mm`). */
+const limitText = (def: ItemDefinition, key: string, value: unknown): string => {
+  if (typeof value === 'number') {
+    const unit = unitText(unitOf(def.item));
+    return unit ? `${value} ${unit}` : String(value);
+  }
+  return describeValue(key, value).replace(/^'(.*)'$/, '$1');
+};
+
+const bound =
+  (url: string, side: 'min' | 'max'): AnswerRule =>
+  ({ def, key, value }) => {
+    const limit = extensionValue(def.item, url);
+    if (!limit) return undefined;
+    const cmp = compareValues(key, value, limit[0], limit[1]);
+    if (typeof cmp !== 'number' || (side === 'min' ? cmp >= 0 : cmp <= 0)) return undefined;
+    return finding(
+      def,
+      'value',
+      `The value must be ${side === 'min' ? 'at least' : 'at most'} ${limitText(def, limit[0], limit[1])}.`,
+      `${describeValue(key, value)} is ${side === 'min' ? 'below the minimum' : 'above the maximum'} ${describeValue(limit[0], limit[1])}`,
+    );
+  };
+
+/** Not below the `minValue` extension (numbers, dates, times; quantities in the same unit). */
+export const minValue: AnswerRule = bound(EXT_MIN_VALUE, 'min');
+/** Not above the `maxValue` extension. */
+export const maxValue: AnswerRule = bound(EXT_MAX_VALUE, 'max');
+
+/** At most `maxDecimalPlaces` decimals, for decimal and quantity answers. */
+export const maxDecimalPlaces: AnswerRule = ({ def, key, value }) => {
+  const places = extensionValue(def.item, EXT_MAX_DECIMAL_PLACES)?.[1];
+  const number =
+    key === 'valueDecimal' ? value : key === 'valueQuantity' && isObject(value) ? value.value : undefined;
+  if (typeof places !== 'number' || typeof number !== 'number' || decimalPlaces(number) <= places)
+    return undefined;
+  return finding(
+    def,
+    'value',
+    places === 0 ? 'Use a whole number.' : `Use at most ${places} decimal place${places === 1 ? '' : 's'}.`,
+    `${number} has more than ${places} decimal places`,
+  );
+};
+
+/**
+ * A quantity's unit is one the item offers: its questionnaire-unitOption units, or its
+ * questionnaire-unit (compared by system and code, else by unit text).
+ */
+export const quantityUnit: AnswerRule = ({ def, key, value }) => {
+  if (key !== 'valueQuantity' || !isObject(value)) return undefined;
+  const options = unitOptionsOf(def.item);
+  const single = unitOf(def.item);
+  const allowed = options.length > 0 ? options : single ? [single] : [];
+  if (allowed.length === 0) return undefined;
+  const given = { ...value, ...(value.code === undefined && value.unit === undefined ? { unit: '' } : {}) };
+  const ok = allowed.some((u) =>
+    sameUnit(given, { system: u.system, code: u.code, unit: u.display ?? u.code } as Record<string, unknown>),
+  );
+  return ok
+    ? undefined
+    : finding(
+        def,
+        'value',
+        `Choose one of the units ${allowed.map(unitText).join(', ')}.`,
+        `the unit ${JSON.stringify(String(value.unit ?? value.code ?? ''))} is not one of the item's units (${allowed.map(unitText).join(', ')})`,
+      );
+};
+
+/** The rules on an answer of the right shape, in order; all run. */
+export const ANSWER_RULES: readonly AnswerRule[] = [
+  answerOption,
+  answerValueSet,
+  maxLength,
+  minLength,
+  regex,
+  minValue,
+  maxValue,
+  maxDecimalPlaces,
+  quantityUnit,
+];
+
+// -------------------------------------------------------------------------------- running
+
+const problemOf = (f: Finding, def: ItemDefinition, expression: string, key: string): EngineProblem => ({
+  ...f,
+  expression,
+  linkId: def.linkId,
+  key,
+});
+
+/**
+ * Checks one answer (shape, then {@link ANSWER_RULES}).
+ * @returns the problems found, with `expression` the answer's path.
+ */
+export const checkAnswer = (
+  engine: EngineContext,
+  valueSets: ReadonlyMap<string, ValueSetMembers>,
+  node: ResponseNode,
+  answer: unknown,
+  path: string,
+): EngineProblem[] => {
+  const { def } = node;
+  if (!isObject(answer))
+    return [
+      problemOf(
+        finding(def, 'structure', 'This answer is not valid.', 'answer must be an object'),
+        def,
+        path,
+        node.key,
+      ),
+    ];
+  const base: AnswerCheck = { engine, valueSets, def, node, answer, key: '', value: undefined, path };
+  const shape = answerShape(base);
+  if ('code' in shape) return [problemOf(shape, def, path, node.key)];
+  const check: AnswerCheck = { ...base, key: shape.key, value: shape.value };
+  return ANSWER_RULES.flatMap((rule) => {
+    const f = rule(check);
+    return f ? [problemOf(f, def, path, node.key)] : [];
+  });
+};
+
+/** Required items of one scope: missing ones at the scope, empty enabled ones at the item. */
+const checkRequired = (engine: EngineContext, scope: Scope): void => {
+  for (const def of itemsOf(engine.form, scope)) {
+    if (def.item.required !== true || def.type === 'display') continue;
+    const instances = scope.nodes.filter((n) => n.def === def);
+    if (instances.length === 0) {
+      if (enabledAt(engine, def, scope))
+        report(engine, {
+          code: 'required',
+          message: 'An answer is required.',
+          diagnostics: `${def.label} is required but missing from ${scope.owner ? (scope.owner.def.type === 'group' ? `group ${scope.owner.def.label}` : `answer ${scope.owner.scopes.indexOf(scope)} of ${scope.owner.def.label}`) : 'the response'}`,
+          expression: scope.path,
+          linkId: def.linkId,
+          key: keyAt(scope, def),
+        });
+      continue;
+    }
+    for (const node of instances)
+      if (isEnabled(engine, node) && !hasAnswers(node))
+        report(engine, {
+          code: 'required',
+          message: 'An answer is required.',
+          diagnostics:
+            def.type === 'group'
+              ? `group ${def.label} is required but none of its questions is answered`
+              : `${def.label} is required but has no answer`,
+          expression: node.path,
+          linkId: def.linkId,
+          key: node.key,
+        });
+  }
+};
+
+/**
+ * Runs every check over the response (after enablement and calculations): required items, the
+ * node rules, each answer, the invariants.
+ * @param valueSets the members of the answerValueSets that could be resolved (valuesets.ts).
+ */
+export const checkResponse = (
+  engine: EngineContext,
+  valueSets: ReadonlyMap<string, ValueSetMembers>,
+): void => {
+  checkScope(engine, valueSets, engine.tree.root);
+  checkInvariants(engine, undefined);
+};
+
+const checkScope = (
+  engine: EngineContext,
+  valueSets: ReadonlyMap<string, ValueSetMembers>,
+  scope: Scope,
+): void => {
+  checkRequired(engine, scope);
+  for (const node of scope.nodes) checkNode(engine, valueSets, node);
+};
+
+const checkNode = (
+  engine: EngineContext,
+  valueSets: ReadonlyMap<string, ValueSetMembers>,
+  node: ResponseNode,
+): void => {
+  checkInvariants(engine, node);
+  if (node.def.type === 'group') {
+    for (const scope of node.scopes) checkScope(engine, valueSets, scope);
+    return;
+  }
+  if (node.def.type === 'display') return;
+  for (const rule of NODE_RULES) {
+    const f = rule(engine, node);
+    if (f) report(engine, problemOf(f, node.def, f.expression ?? node.path, node.key));
+  }
+  node.answers.forEach((answer, k) => {
+    for (const problem of checkAnswer(engine, valueSets, node, answer, `${node.path}.answer[${k}]`))
+      report(engine, problem);
+    const scope = node.scopes[k];
+    if (scope) checkScope(engine, valueSets, scope);
+  });
+};
+
+// ----------------------------------------------------------------------------- invariants
+
+/** One questionnaire-constraint extension. */
+interface Constraint {
+  readonly key: string | undefined;
+  readonly severity: string | undefined;
+  readonly expression: string | undefined;
+  readonly human: string | undefined;
+}
+
+/**
+ * The questionnaire-constraint extensions of a Questionnaire or an item. `expression` is a FHIRPath
+ * string (`valueString`); a `valueExpression` with FHIRPath is accepted too. `requirements` is
+ * documentation and `location` is not used: an issue points at the item the constraint is on.
+ */
+const constraintsOf = (owner: { extension?: unknown }): Constraint[] =>
+  arrayOf<unknown>(owner.extension)
+    .filter((e): e is Record<string, unknown> => isObject(e) && e.url === EXT_QUESTIONNAIRE_CONSTRAINT)
+    .map((e) => {
+      const part = (url: string): unknown => {
+        const sub = arrayOf<unknown>(e.extension).find((x) => isObject(x) && x.url === url);
+        const key = isObject(sub) ? Object.keys(sub).find((k) => k.startsWith('value')) : undefined;
+        return key ? (sub as Record<string, unknown>)[key] : undefined;
+      };
+      const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value : undefined);
+      const expression = part('expression');
+      return {
+        key: text(part('key')),
+        severity: text(part('severity')),
+        expression: text(isObject(expression) ? expression.expression : expression),
+        human: text(part('human')),
+      };
+    });
+
+/**
+ * The questionnaire-constraint invariants of an item instance (or of the Questionnaire): only a
+ * result of exactly `false` violates one (an empty result is unknown: a missing answer is
+ * `required`'s business). A violation is an `invariant` problem with the `human` text; severity
+ * `warning` makes it advisory. An expression that is missing, fails, runs out of budget or answers
+ * something else than one boolean is an advisory `processing` problem, once per constraint.
+ * A disabled item's invariants do not apply.
+ */
+const checkInvariants = (engine: EngineContext, node: ResponseNode | undefined): void => {
+  const owner = node ? node.def.item : engine.form.questionnaire;
+  const constraints = constraintsOf(owner);
+  if (constraints.length === 0 || (node && !isEnabled(engine, node))) return;
+  const where = node ? node.def.label : 'the response';
+  const path = node?.path ?? 'QuestionnaireResponse';
+  for (const [index, constraint] of constraints.entries()) {
+    const name = `the questionnaire-constraint ${constraint.key ? JSON.stringify(constraint.key) : '(without key)'} of ${where}`;
+    const once = `constraint:${node?.def.linkId ?? ''}:${index}`;
+    if (engine.reportedOnce.has(once)) continue;
+    const notChecked = (why: string) =>
+      report(
+        engine,
+        {
+          code: 'processing',
+          advisory: true,
+          message: 'A rule of this form could not be checked.',
+          diagnostics: `${name} was not checked: ${why}`,
+          expression: path,
+          ...(node ? { linkId: node.def.linkId, key: node.key } : {}),
+        },
+        once,
+      );
+    if (constraint.expression === undefined) {
+      notChecked('it has no FHIRPath expression');
+      continue;
+    }
+    let result: unknown[];
+    try {
+      result = (
+        node
+          ? evaluateItemExpression(engine, node.def, node.scope, node, constraint.expression)
+          : evaluateRootExpression(engine, constraint.expression)
+      ).map((r) => r.value);
+    } catch (error) {
+      notChecked(
+        `its expression could not be evaluated (${error instanceof Error ? error.message : String(error)})`,
+      );
+      continue;
+    }
+    if (result.length === 0 || (result.length === 1 && result[0] === true)) continue;
+    if (result.length !== 1 || result[0] !== false) {
+      notChecked(`its expression answered ${JSON.stringify(result).slice(0, 200)}, not one boolean`);
+      continue;
+    }
+    report(engine, {
+      code: 'invariant',
+      ...(constraint.severity === 'warning' ? { advisory: true } : {}),
+      message: constraint.human ?? 'This answer breaks a rule of the form.',
+      diagnostics: constraint.human ?? `${name} is not satisfied: ${constraint.expression} is false`,
+      expression: path,
+      ...(node ? { linkId: node.def.linkId, key: node.key } : {}),
+    });
+  }
+};
