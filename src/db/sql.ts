@@ -166,6 +166,22 @@ class PgClientSql implements Sql {
   async close(): Promise<void> {}
 }
 
+/**
+ * An instant as text PostgreSQL reads as a `timestamptz`, for any instant a FHIR value can name:
+ * ISO 8601 for years 1–9999; past 9999 the year without the `+` that `toISOString` writes
+ * (`10000-01-01T00:00:00.000Z`: the end of `9999-12-31`); before year 1 an era, since PostgreSQL
+ * has no year 0 (`0001-01-01T00:00+14:00` is `0001-12-31T10:00:00.000Z BC`, which `toISOString`
+ * writes as year 0000 and PostgreSQL refuses).
+ * @throws {RangeError} for an invalid Date.
+ */
+export const timestampText = (instant: Date): string => {
+  const iso = instant.toISOString();
+  const year = instant.getUTCFullYear();
+  if (year >= 1 && year <= 9999) return iso;
+  const rest = iso.replace(/^[+-]?\d+/, '');
+  return year > 9999 ? `${year}${rest}` : `${String(1 - year).padStart(4, '0')}${rest} BC`;
+};
+
 /** `name` as a double-quoted SQL identifier (node-postgres' escaping; PGlite parses the same SQL). */
 export const quoteIdentifier = (name: string): string => pg.escapeIdentifier(name);
 

@@ -25,8 +25,10 @@ import {
 } from '../fhir/access.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
+import { isFhirInstant } from '../fhir/dates.js';
 import { tokenOf } from '../fhir/resources.js';
 import { SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
+import { isFhirString } from '../fhir/strings.js';
 import {
   countResources,
   everythingLinksOf,
@@ -435,6 +437,22 @@ const decodePageCursor = (text: string): Cursor => {
   return { direction: value[0], key: { value: value[1], id: value[2] }, sort: value[3] };
 };
 
+/** The `_lastUpdated` key a cursor carries: the instant in UTC to the microsecond, as SQL writes it. */
+const LAST_UPDATED_KEY = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d\.\d{6}Z$/;
+
+/**
+ * Whether a cursor's key is a value of the order `by`, one PostgreSQL casts back without error
+ * (issue 33: what the parser accepts, the database accepts): an id of at most 2,147,483,647; an
+ * instant of a real calendar day from year 0001 (JavaScript's `Date.parse` reads 30 February and
+ * year 0000, PostgreSQL refuses them); any other order's text without what PostgreSQL text
+ * cannot hold (U+0000).
+ */
+const isCursorKeyOf = (by: SearchSort['by'], key: string): boolean => {
+  if (by === '_id') return resourceIdIn(key) !== undefined;
+  if (by === '_lastUpdated') return LAST_UPDATED_KEY.test(key) && isFhirInstant(key);
+  return isFhirString(key);
+};
+
 /** A parsed search: the query, the paging and the `_include`s. */
 export interface ParsedSearch {
   readonly query: Omit<ResourceQuery, 'limit'>;
@@ -511,16 +529,16 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
         );
       const descending = keys[0]!.startsWith('-');
       const key = descending ? keys[0]!.slice(1) : keys[0]!;
-      const parameter = supported.parameters[key];
+      const parameter = supported.parameters.get(key);
       if (key === '_id' || key === '_lastUpdated') sort = { by: key, descending };
       else if (parameter?.kind === 'element') sort = { by: { element: parameter.element }, descending };
       else
         throw new DomainError(
           'invalid',
           'UnsupportedSort',
-          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${Object.entries(
-            supported.parameters,
-          )
+          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${[
+            ...supported.parameters,
+          ]
             .filter(([, p]) => p.kind === 'element')
             .map(([n]) => `, ${n}`)
             .join('')})`,
@@ -541,12 +559,12 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
       }
       continue;
     }
-    const parameter: SearchParameter | undefined = supported.parameters[name];
+    const parameter: SearchParameter | undefined = supported.parameters.get(name);
     if (!parameter)
       throw new DomainError(
         'invalid',
         'UnsupportedSearchParameter',
-        `search parameter ${name} is not supported on ${type} (supported: ${Object.keys(supported.parameters).join(', ')}, _count, _sort, _total${supported._include ? ', _include' : ''})`,
+        `search parameter ${name} is not supported on ${type} (supported: ${[...supported.parameters.keys()].join(', ')}, _count, _sort, _total${supported._include ? ', _include' : ''})`,
         name,
         { issueCode: 'not-supported' },
       );
@@ -605,13 +623,7 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
     );
   // The cursor's key must be of the order's type: it is cast back in SQL.
   const by = sort?.by ?? '_id';
-  if (
-    cursor &&
-    ((by === '_id' && resourceIdIn(cursor.key.value) === undefined) ||
-      (by === '_lastUpdated' &&
-        (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(cursor.key.value) ||
-          Number.isNaN(Date.parse(cursor.key.value)))))
-  )
+  if (cursor && !isCursorKeyOf(by, cursor.key.value))
     throw new DomainError('invalid', 'InvalidCursor', '_cursor is not a cursor of this search', '_cursor');
   return { query: criteria, includes, count, total, sortText, sort, cursor };
 };

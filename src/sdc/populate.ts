@@ -187,8 +187,7 @@ const KINDS: Readonly<Record<string, Kind>> = {
 
 const kindOf = (typed: TypedValue): Kind => {
   const name = typed.type.slice(typed.type.indexOf('.') + 1);
-  const known = KINDS[name];
-  if (known) return known;
+  if (Object.hasOwn(KINDS, name)) return KINDS[name]!;
   const value = typed.value;
   if (isObject(value) && typeof value.resourceType === 'string') return 'resource';
   if (typeof value === 'boolean') return 'boolean';
@@ -384,7 +383,7 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   const contexts = new Map<string, Json>();
   for (const { name, content } of input.context) if (!contexts.has(name)) contexts.set(name, content);
   const contextNamed = (name: string): Json | undefined =>
-    contexts.get(name) ?? [...contexts.entries()].find(([given]) => LAUNCH_ALIASES[given] === name)?.[1];
+    contexts.get(name) ?? [...contexts.entries()].find(([given]) => Object.hasOwn(LAUNCH_ALIASES, given) && LAUNCH_ALIASES[given] === name)?.[1];
 
   const referenceTo = (resource: Json | undefined): { reference: string } | undefined =>
     resource && typeof resource.resourceType === 'string' && typeof resource.id === 'string'
@@ -413,7 +412,8 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   };
 
   // --- launch contexts (SDC sdc-questionnaire-launchContext) ---
-  const launch: FhirPathEnv = {};
+  // No prototype: a context named `__proto__` or `constructor` is a name like any other.
+  const launch: FhirPathEnv = Object.create(null);
   for (const [name, content] of contexts) launch[name] = content;
   for (const [given, alias] of Object.entries(LAUNCH_ALIASES))
     if (contexts.has(given) && !contexts.has(alias)) launch[alias] = contexts.get(given);

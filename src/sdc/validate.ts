@@ -10,7 +10,8 @@
  * (minLength, regex, minValue, maxValue, maxDecimalPlaces) and the questionnaire-constraint
  * invariants (FHIRPath, within the evaluation budget of issue 10).
  */
-import { isCalendarDate } from '../fhir/dates.js';
+import { isFhirDate, isFhirDateTime, isFhirTime } from '../fhir/dates.js';
+import { isFhirDecimal, isFhirInteger } from '../fhir/primitives.js';
 import { type EvaluationBudget, runWithinBudget } from './budget.js';
 import { evaluateFhirPath } from './fhirpath.js';
 import { matchesWhole } from './regex.js';
@@ -59,11 +60,6 @@ export const ANSWER_VALUE_KEYS: Readonly<Record<string, string>> = {
 
 const RESPONSE_STATUSES = ['in-progress', 'completed', 'amended', 'entered-in-error', 'stopped'];
 
-// FHIR primitive syntax (R5 datatypes), plus a calendar check for dates.
-const DATE = /^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01]))?)?$/;
-const DATE_TIME =
-  /^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01])(?:T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(?:\.\d{1,9})?(?:Z|[+-](?:(?:0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
-const TIME = /^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(?:\.\d{1,9})?$/;
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const MIME = /^[\w.+-]+\/[\w.+-]+(?:\s*;.*)?$/;
 
@@ -131,23 +127,19 @@ const syntaxProblem = (key: string, value: unknown): string | undefined => {
     case 'Boolean':
       return typeof value === 'boolean' ? undefined : 'must be true or false';
     case 'Decimal':
-      return typeof value === 'number' && Number.isFinite(value) ? undefined : 'must be a decimal number';
+      return isFhirDecimal(value) ? undefined : 'must be a decimal number';
     case 'Integer':
-      return Number.isInteger(value) && Math.abs(value as number) <= 2_147_483_647
+      return isFhirInteger(value) ? undefined : 'must be a 32-bit integer';
+    case 'Date':
+      return isFhirDate(value)
         ? undefined
-        : 'must be a 32-bit integer';
-    case 'Date': {
-      const m = typeof value === 'string' ? DATE.exec(value) : null;
-      return m && realDate(m[1], m[2], m[3]) ? undefined : 'must be a date YYYY, YYYY-MM or YYYY-MM-DD';
-    }
-    case 'DateTime': {
-      const m = typeof value === 'string' ? DATE_TIME.exec(value) : null;
-      return m && realDate(m[1], m[2], m[3])
+        : 'must be a date YYYY, YYYY-MM or YYYY-MM-DD (a real day from year 0001)';
+    case 'DateTime':
+      return isFhirDateTime(value)
         ? undefined
-        : 'must be a dateTime YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss with a time zone';
-    }
+        : 'must be a dateTime YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss with a time zone (a real day from year 0001)';
     case 'Time':
-      return typeof value === 'string' && TIME.test(value) ? undefined : 'must be a time hh:mm:ss';
+      return isFhirTime(value) ? undefined : 'must be a time hh:mm:ss';
     case 'String':
       return typeof value === 'string' && value.trim() !== '' ? undefined : 'must be a non-empty string';
     case 'Uri':
@@ -194,9 +186,6 @@ const syntaxProblem = (key: string, value: unknown): string | undefined => {
       return undefined;
   }
 };
-
-const realDate = (year?: string, month?: string, day?: string): boolean =>
-  !month || !day || isCalendarDate(Number(year), Number(month), Number(day));
 
 /** Decimal places of a JSON number (`1.25` → 2, `1e-7` → 7); trailing zeros are lost by JSON.parse. */
 const decimalPlaces = (n: number): number => {

@@ -150,9 +150,13 @@ const renderEditor = async (
   const qrStatus = String(response.resource.status ?? '');
   const errors = view.errors ?? new Map<string, string[]>();
   const answers = answersByLinkId(view.items);
-  const values: Record<string, (string | number | boolean)[]> = {};
-  for (const [linkId, list] of answers)
-    values[linkId] = list.map((a) => normaliseValue(a, 'value')).filter((v) => v !== undefined);
+  // Object.fromEntries: own keys only, so a linkId such as `__proto__` stays a linkId.
+  const values = Object.fromEntries(
+    [...answers].map(([linkId, list]) => [
+      linkId,
+      list.map((a) => normaliseValue(a, 'value')).filter((v) => v !== undefined),
+    ]),
+  );
   const enabled = evaluateEnableWhen(rulesOf(questionnaire.item), values);
   const items = renderItems(questionnaire.item, view.items, {
     readonly: page.readonly,

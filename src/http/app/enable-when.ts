@@ -29,11 +29,13 @@ export type Values = Readonly<Record<string, readonly (string | number | boolean
  * ISO date strings.
  */
 export const ENABLE_WHEN_SOURCE = `function cbEnabled(rules, values) {
-  var state = {};
-  var visiting = {};
+  // linkIds are keys: own properties only, and no prototype, so valueOf or __proto__ is a linkId.
+  function own(o, k) { return Object.prototype.hasOwnProperty.call(o, k); }
+  var state = Object.create(null);
+  var visiting = Object.create(null);
   function enabled(id) {
-    if (Object.prototype.hasOwnProperty.call(state, id)) return state[id];
-    var rule = rules[id];
+    if (own(state, id)) return state[id];
+    var rule = own(rules, id) ? rules[id] : undefined;
     if (!rule) return true;
     if (visiting[id]) return true;
     visiting[id] = true;
@@ -49,8 +51,8 @@ export const ENABLE_WHEN_SOURCE = `function cbEnabled(rules, values) {
     return ok;
   }
   function answersOf(id) {
-    if (rules[id] && !enabled(id)) return [];
-    return values[id] || [];
+    if (own(rules, id) && !enabled(id)) return [];
+    return own(values, id) ? values[id] : [];
   }
   function compare(a, b) {
     if (typeof a === 'number' && typeof b === 'number') return a - b;
@@ -72,7 +74,7 @@ export const ENABLE_WHEN_SOURCE = `function cbEnabled(rules, values) {
       return false;
     });
   }
-  var out = {};
+  var out = Object.create(null);
   Object.keys(rules).forEach(function (id) { out[id] = enabled(id); });
   return out;
 }`;
@@ -83,7 +85,10 @@ const evaluator = new Function(`${ENABLE_WHEN_SOURCE}\nreturn cbEnabled;`)() as 
   values: Values,
 ) => Record<string, boolean>;
 
-/** Evaluates the rules over normalised answers: linkId → enabled (see {@link ENABLE_WHEN_SOURCE}). */
+/**
+ * Evaluates the rules over normalised answers: linkId → enabled (see {@link ENABLE_WHEN_SOURCE}),
+ * an object without prototype (read it with `Object.hasOwn` or `=== false`).
+ */
 export const evaluateEnableWhen = (
   rules: Readonly<Record<string, Rule>>,
   values: Values,
@@ -116,7 +121,8 @@ interface RuleItem {
 
 /** The rules of every item of a Questionnaire (items without enableWhen get rules only for their parent). */
 export const rulesOf = (items: readonly RuleItem[] | undefined): Record<string, Rule> => {
-  const rules: Record<string, Rule> = {};
+  // A Map, then an object of own properties: a linkId such as `__proto__` is a key, not a prototype.
+  const rules = new Map<string, Rule>();
   const walk = (list: readonly RuleItem[] | undefined, parent: string | null) => {
     for (const item of list ?? []) {
       if (typeof item?.linkId !== 'string') continue;
@@ -125,14 +131,14 @@ export const rulesOf = (items: readonly RuleItem[] | undefined): Record<string, 
         const answer = normaliseValue(w, 'answer');
         return answer === undefined ? [] : [{ question: w.question, operator: w.operator, answer }];
       });
-      rules[item.linkId] = {
+      rules.set(item.linkId, {
         parent,
         behavior: item.enableBehavior === 'any' ? 'any' : 'all',
         conditions,
-      };
+      });
       walk(item.item, item.linkId);
     }
   };
   walk(items, null);
-  return rules;
+  return Object.fromEntries(rules);
 };

@@ -13,6 +13,9 @@ import type {
   QuestionnaireResponseAnswer,
   QuestionnaireResponseItem,
 } from '../../sdc/types.js';
+import { isFhirDate, isFhirDateTime } from '../../fhir/dates.js';
+import { isFhirInteger } from '../../fhir/primitives.js';
+import { lossOf } from '../edge/json-numbers.js';
 import { evaluateEnableWhen, normaliseValue, rulesOf, type Values } from './enable-when.js';
 
 /** A submitted form (koa-body urlencoded: repeated names become arrays). */
@@ -157,22 +160,19 @@ export const answerOf = (
     case 'integer': {
       if (!/^[+-]?\d+$/.test(text)) return 'enter a whole number';
       const n = Number(text);
-      return Number.isSafeInteger(n) && Math.abs(n) <= 2_147_483_647
-        ? { valueInteger: n }
-        : 'the number is too large';
+      return isFhirInteger(n) ? { valueInteger: n } : 'the number is too large';
     }
     case 'decimal': {
       if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text)) return 'enter a number';
-      return { valueDecimal: Number(text) };
+      // Beyond a double (1e400) or lost to 0 (1e-400): refused, never stored as null or 0.
+      return lossOf(text) === undefined ? { valueDecimal: Number(text) } : 'the number is out of range';
     }
     case 'date':
-      return /^\d{4}(-\d{2}(-\d{2})?)?$/.test(text) ? { valueDate: text } : 'enter a date (YYYY-MM-DD)';
+      return isFhirDate(text) ? { valueDate: text } : 'enter a date (YYYY-MM-DD)';
     case 'dateTime': {
       const m = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2}(\.\d+)?)?$/.exec(text);
-      if (m) return { valueDateTime: `${m[1]}T${m[2]}${m[3] ?? ':00'}${OFFSET.test(tz) ? tz : 'Z'}` };
-      if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(text))
-        return { valueDateTime: text };
-      return 'enter a date and time';
+      const value = m ? `${m[1]}T${m[2]}${m[3] ?? ':00'}${OFFSET.test(tz) ? tz : 'Z'}` : text;
+      return isFhirDateTime(value) && value.includes('T') ? { valueDateTime: value } : 'enter a date and time';
     }
     case 'time': {
       const m = /^(\d{2}:\d{2})(:\d{2})?$/.exec(text);
@@ -208,7 +208,7 @@ const normalisedValues = (
   choices: ReadonlyMap<string, readonly Choice[]>,
   tz: string,
 ): Values => {
-  const values: Record<string, (string | number | boolean)[]> = {};
+  const values = new Map<string, (string | number | boolean)[]>();
   const walk = (list: readonly QuestionnaireItem[] | undefined) => {
     for (const item of list ?? []) {
       if (typeof item?.linkId !== 'string') continue;
@@ -217,12 +217,12 @@ const normalisedValues = (
         .filter((a): a is QuestionnaireResponseAnswer => a !== null && typeof a !== 'string')
         .map((a) => normaliseValue(a, 'value'))
         .filter((v) => v !== undefined);
-      values[item.linkId] = answers;
+      values.set(item.linkId, answers);
       walk(item.item);
     }
   };
   walk(items);
-  return values;
+  return Object.fromEntries(values);
 };
 
 const findExisting = (
@@ -361,23 +361,23 @@ export const missingRequired = (
 ): string[] => {
   const answered = new Set<string>();
   const present = new Set<string>();
-  const values: Record<string, (string | number | boolean)[]> = {};
+  const values = new Map<string, (string | number | boolean)[]>();
   const collect = (list: readonly QuestionnaireResponseItem[] | undefined) => {
     for (const r of list ?? []) {
       present.add(r.linkId);
       if (r.answer?.length) {
         answered.add(r.linkId);
-        values[r.linkId] = [
-          ...(values[r.linkId] ?? []),
+        values.set(r.linkId, [
+          ...(values.get(r.linkId) ?? []),
           ...r.answer.map((a) => normaliseValue(a, 'value')).filter((v) => v !== undefined),
-        ];
+        ]);
       }
       collect(r.item);
       for (const a of r.answer ?? []) collect(a.item);
     }
   };
   collect(responseItems);
-  const enabled = evaluateEnableWhen(rulesOf(questionnaireItems), values);
+  const enabled = evaluateEnableWhen(rulesOf(questionnaireItems), Object.fromEntries(values));
   const missing: string[] = [];
   const walk = (list: readonly QuestionnaireItem[] | undefined, parentPresent: boolean) => {
     for (const item of list ?? []) {

@@ -283,25 +283,29 @@ export const editorData = (
   items: readonly QuestionnaireItem[] | undefined,
   choices: ReadonlyMap<string, readonly Choice[]>,
 ) => {
-  const types: Record<string, string> = {};
-  const choiceValues: Record<string, Record<string, string | number | boolean>> = {};
+  // Maps, sent as objects of own keys: linkIds and choice values such as `__proto__` stay keys.
+  const types = new Map<string, string>();
+  const choiceValues = new Map<string, Record<string, string | number | boolean>>();
   const walk = (list: readonly QuestionnaireItem[] | undefined) => {
     for (const item of list ?? []) {
       if (typeof item?.linkId !== 'string') continue;
-      types[item.linkId] = item.type;
+      types.set(item.linkId, item.type);
       const cs = choices.get(item.linkId);
-      if (cs) {
-        choiceValues[item.linkId] = {};
-        for (const c of cs) {
-          const v = normaliseValue(c.answer, 'value');
-          if (v !== undefined) choiceValues[item.linkId]![c.value] = v;
-        }
-      }
+      if (cs)
+        choiceValues.set(
+          item.linkId,
+          Object.fromEntries(
+            cs.flatMap((c) => {
+              const v = normaliseValue(c.answer, 'value');
+              return v === undefined ? [] : [[c.value, v] as const];
+            }),
+          ),
+        );
       walk(item.item);
     }
   };
   walk(items);
-  return { rules: rulesOf(items), types, choices: choiceValues };
+  return { rules: rulesOf(items), types: Object.fromEntries(types), choices: Object.fromEntries(choiceValues) };
 };
 
 /** JSON for a `<script type="application/json">` block (no `</script>` breakout). */

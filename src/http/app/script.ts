@@ -12,6 +12,7 @@ ${ENABLE_WHEN_SOURCE}
   var dataEl = document.getElementById('cb-data');
   if (!form || !dataEl) return;
   var data = JSON.parse(dataEl.textContent || '{}');
+  function own(o, k) { return Object.prototype.hasOwnProperty.call(o, k); }
   var tz = form.querySelector('input[name="cb:tz"]');
   if (tz) {
     var off = -new Date().getTimezoneOffset();
@@ -20,15 +21,15 @@ ${ENABLE_WHEN_SOURCE}
     tz.value = sign + String(Math.floor(abs / 60)).padStart(2, '0') + ':' + String(abs % 60).padStart(2, '0');
   }
   function normalise(id, raw) {
-    var choices = data.choices[id];
-    if (choices) return Object.prototype.hasOwnProperty.call(choices, raw) ? choices[raw] : undefined;
-    var type = data.types[id];
+    var choices = own(data.choices, id) ? data.choices[id] : undefined;
+    if (choices) return own(choices, raw) ? choices[raw] : undefined;
+    var type = own(data.types, id) ? data.types[id] : undefined;
     if (type === 'boolean') return raw === 'true' ? true : raw === 'false' ? false : undefined;
     if (type === 'integer' || type === 'decimal') { var n = Number(raw); return isNaN(n) ? undefined : n; }
     return raw;
   }
   function collect() {
-    var values = {};
+    var values = Object.create(null);
     Array.prototype.forEach.call(form.elements, function (el) {
       if (!el.name || el.name.indexOf('q:') !== 0 || el.disabled) return;
       if ((el.type === 'radio' || el.type === 'checkbox') && !el.checked) return;
