@@ -224,6 +224,43 @@ const statementOnly = (error: unknown): boolean => {
   return error.severity === 'ERROR' && !code.startsWith('08') && !code.startsWith('57P');
 };
 
+/** Errors of the socket under a connection: the server is gone, unreachable or closed it. */
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/** What node-postgres and PGlite say when a connection is lost, cannot be made, or was closed. */
+const LOST_CONNECTION =
+  /^(?:Connection terminated|Client has encountered a connection error|Client was closed|timeout exceeded when trying to connect|Cannot use a pool after calling end|PGlite is closed)/;
+
+/**
+ * Whether `error` (or an error it wraps, through `cause` or an AggregateError) says the database
+ * could not answer — not that it refused the statement: the connection was terminated
+ * (`pg_terminate_backend`, a restart: SQLSTATE class 08, 57P), the server has no connection left
+ * (53300), the pool cannot connect (ECONNREFUSED, a connect timeout), or the pool or PGlite was
+ * closed. Such a request is answered 503 with `Retry-After`, never 500 (docs/interface.md §7);
+ * a statement the server refused is not one of these.
+ */
+export const isDatabaseUnavailable = (error: unknown, depth = 0): boolean => {
+  if (error === null || typeof error !== 'object' || depth > 5) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (error instanceof pg.DatabaseError) {
+    const sqlState = error.code ?? '';
+    if (sqlState.startsWith('08') || sqlState.startsWith('57P') || sqlState === '53300') return true;
+  } else if (typeof code === 'string' && NETWORK_CODES.has(code)) return true;
+  if (typeof message === 'string' && LOST_CONNECTION.test(message)) return true;
+  const inner = error instanceof AggregateError ? error.errors : [];
+  return [(error as { cause?: unknown }).cause, ...inner].some((e) => isDatabaseUnavailable(e, depth + 1));
+};
+
 /** node-postgres pool. `searchPath` isolates a schema (used by tests). */
 export class PostgresSql implements Sql {
   readonly kind = 'postgres' as const;
