@@ -1,5 +1,6 @@
 /** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
 import { z } from 'zod';
+import { comparableText } from '../domain/clinical/identifier.js';
 import { isFhirDate, isFhirDateTime } from './dates.js';
 import { idInReference, MAX_RESOURCE_ID } from './references.js';
 
@@ -42,7 +43,8 @@ export const identifierList = identifiers.superRefine((list, ctx) => {
   const firstAt = new Map<string, number>();
   list.forEach((entry, index) => {
     if (typeof entry?.system !== 'string' || typeof entry?.value !== 'string') return;
-    const key = JSON.stringify([entry.system, entry.value]);
+    // Compared in NFC (docs/interface.md §2.5): "é" in two spellings is one identifier.
+    const key = JSON.stringify([comparableText(entry.system), comparableText(entry.value)]);
     const first = firstAt.get(key);
     if (first === undefined) firstAt.set(key, index);
     else
@@ -60,7 +62,10 @@ export const identifierList = identifiers.superRefine((list, ctx) => {
  */
 export const fhirDate = z
   .string()
-  .refine(isFhirDate, 'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD), a real calendar date from year 0001');
+  .refine(
+    isFhirDate,
+    'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD), a real calendar date from year 0001',
+  );
 
 /** FHIR `dateTime`: a FHIR date, or a date and a time with a time zone (src/fhir/dates.ts). */
 export const fhirDateTime = z

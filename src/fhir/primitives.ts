@@ -35,33 +35,38 @@ export const isFhirDecimal = (value: unknown): value is number =>
   typeof value === 'number' && Number.isFinite(value);
 
 /** What FHIR calls a primitive of this name, as a check of its JSON value; undefined for other types. */
-const PRIMITIVE_CHECKS: ReadonlyMap<string, { readonly check: (v: unknown) => boolean; readonly rule: string }> =
-  new Map([
-    ['Integer', { check: isFhirInteger, rule: 'a 32-bit integer (-2147483648 to 2147483647)' }],
-    [
-      'UnsignedInt',
-      { check: (v: unknown) => isFhirInteger(v) && v >= 0, rule: 'an integer from 0 to 2147483647' },
-    ],
-    [
-      'PositiveInt',
-      { check: (v: unknown) => isFhirInteger(v) && v >= 1, rule: 'an integer from 1 to 2147483647' },
-    ],
-    ['Integer64', { check: isFhirInteger64, rule: 'a 64-bit integer written as a JSON string' }],
-    ['Decimal', { check: isFhirDecimal, rule: 'a finite decimal number' }],
-    ['Date', { check: isFhirDate, rule: 'a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD, a real day from year 0001)' }],
-    [
-      'DateTime',
-      {
-        check: isFhirDateTime,
-        rule: 'a FHIR dateTime (a date, or YYYY-MM-DDThh:mm:ss with a time zone; a real day from year 0001)',
-      },
-    ],
-    [
-      'Instant',
-      { check: isFhirInstant, rule: 'a FHIR instant (YYYY-MM-DDThh:mm:ss with a time zone, from year 0001)' },
-    ],
-    ['Time', { check: isFhirTime, rule: 'a FHIR time (hh:mm:ss)' }],
-  ]);
+const PRIMITIVE_CHECKS: ReadonlyMap<
+  string,
+  { readonly check: (v: unknown) => boolean; readonly rule: string }
+> = new Map([
+  ['Integer', { check: isFhirInteger, rule: 'a 32-bit integer (-2147483648 to 2147483647)' }],
+  [
+    'UnsignedInt',
+    { check: (v: unknown) => isFhirInteger(v) && v >= 0, rule: 'an integer from 0 to 2147483647' },
+  ],
+  [
+    'PositiveInt',
+    { check: (v: unknown) => isFhirInteger(v) && v >= 1, rule: 'an integer from 1 to 2147483647' },
+  ],
+  ['Integer64', { check: isFhirInteger64, rule: 'a 64-bit integer written as a JSON string' }],
+  ['Decimal', { check: isFhirDecimal, rule: 'a finite decimal number' }],
+  [
+    'Date',
+    { check: isFhirDate, rule: 'a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD, a real day from year 0001)' },
+  ],
+  [
+    'DateTime',
+    {
+      check: isFhirDateTime,
+      rule: 'a FHIR dateTime (a date, or YYYY-MM-DDThh:mm:ss with a time zone; a real day from year 0001)',
+    },
+  ],
+  [
+    'Instant',
+    { check: isFhirInstant, rule: 'a FHIR instant (YYYY-MM-DDThh:mm:ss with a time zone, from year 0001)' },
+  ],
+  ['Time', { check: isFhirTime, rule: 'a FHIR time (hh:mm:ss)' }],
+]);
 
 /** A choice element whose name says its primitive type: `valueInteger`, `answerDate`… */
 const TYPED_CHOICE = /^(?:value|answer)([A-Z][A-Za-z0-9]*)$/;
@@ -106,7 +111,8 @@ export const findPrimitiveViolations = (resource: unknown, limit = 20): Primitiv
       for (const [key, member] of entries) {
         const rule = typedPrimitiveProblem(key, member);
         if (rule) found.push({ path: [...path, key], rule });
-        else if (member !== null && typeof member === 'object') nested.push({ value: member, path: [...path, key] });
+        else if (member !== null && typeof member === 'object')
+          nested.push({ value: member, path: [...path, key] });
       }
       for (let i = nested.length - 1; i >= 0; i--) stack.push(nested[i]!);
     }

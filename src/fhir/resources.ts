@@ -4,7 +4,7 @@
  * §2.5–2.6, §4.3). These are FHIR rules, not HTTP: the data server, the transaction Bundle, the
  * app host and the launcher use them alike.
  */
-import { type z, ZodError } from 'zod';
+import { ZodError, type z } from 'zod';
 import { DomainError } from '../domain/decider.js';
 import { type Content, isResourceType } from '../domain/fhir/resource.js';
 import { DEFINITIONS, type ResourceDefinition } from './definitions.js';

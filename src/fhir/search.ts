@@ -26,7 +26,9 @@ const parametersOf = (table: Record<string, SearchParameter>): ReadonlyMap<strin
   new Map(Object.entries(table));
 
 export const SEARCH_PARAMETERS: Record<ResourceType, TypeSearch> = {
-  Patient: { parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Patient.identifier' } }) },
+  Patient: {
+    parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Patient.identifier' } }),
+  },
   Practitioner: {
     parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Practitioner.identifier' } }),
   },

@@ -167,8 +167,7 @@ export const auditMiddleware =
         { err: error, requestId: ctx.state.requestId },
         'audit record failed; answering 503',
       );
-      for (const name of Object.keys(ctx.response.headers))
-        if (!KEPT_ON_FAILURE.test(name)) ctx.remove(name);
+      for (const name of Object.keys(ctx.response.headers)) if (!KEPT_ON_FAILURE.test(name)) ctx.remove(name);
       answerError(
         ctx,
         new HttpError(503, 'AuditTrailUnavailable', 'the audit trail cannot be written; retry shortly', {

@@ -23,9 +23,9 @@ import {
   type Principal,
   targetOf,
 } from '../fhir/access.js';
+import { isFhirInstant } from '../fhir/dates.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
-import { isFhirInstant } from '../fhir/dates.js';
 import { tokenOf } from '../fhir/resources.js';
 import { SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
 import { isFhirString } from '../fhir/strings.js';
@@ -536,9 +536,7 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
         throw new DomainError(
           'invalid',
           'UnsupportedSort',
-          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${[
-            ...supported.parameters,
-          ]
+          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${[...supported.parameters]
             .filter(([, p]) => p.kind === 'element')
             .map(([n]) => `, ${n}`)
             .join('')})`,

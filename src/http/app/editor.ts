@@ -38,7 +38,6 @@ import {
   optionChoices,
   valuesOf,
 } from './form-data.js';
-import { checkOrigin } from './forms.js';
 import { escapeHtml, layout } from './layout.js';
 import { answersByLinkId, editorData, itemAnchor, renderItems, scriptJson } from './render.js';
 import { EDITOR_SCRIPT } from './script.js';
@@ -297,7 +296,6 @@ const messagePage = (ctx: Context, page: PageContext, title: string, text: strin
 
 /** POST {app_url}/tasks/:id/report with `action=save|submit|cancel`. */
 export const postReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
-  checkOrigin(ctx, casebook);
   const page = await pageContext(ctx, casebook);
   const body = (ctx.request.body ?? {}) as FormBody;
   const action = valuesOf(body, 'action')[0];

@@ -8,13 +8,14 @@
  * selects always submit), so instance k takes the k-th value; `n:<groupLinkId>` is submitted once
  * per instance to count them.
  */
+
+import { isFhirDate, isFhirDateTime } from '../../fhir/dates.js';
+import { isFhirInteger } from '../../fhir/primitives.js';
 import type {
   QuestionnaireItem,
   QuestionnaireResponseAnswer,
   QuestionnaireResponseItem,
 } from '../../sdc/types.js';
-import { isFhirDate, isFhirDateTime } from '../../fhir/dates.js';
-import { isFhirInteger } from '../../fhir/primitives.js';
 import { lossOf } from '../edge/json-numbers.js';
 import { evaluateEnableWhen, normaliseValue, rulesOf, type Values } from './enable-when.js';
 
@@ -172,7 +173,9 @@ export const answerOf = (
     case 'dateTime': {
       const m = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2}(\.\d+)?)?$/.exec(text);
       const value = m ? `${m[1]}T${m[2]}${m[3] ?? ':00'}${OFFSET.test(tz) ? tz : 'Z'}` : text;
-      return isFhirDateTime(value) && value.includes('T') ? { valueDateTime: value } : 'enter a date and time';
+      return isFhirDateTime(value) && value.includes('T')
+        ? { valueDateTime: value }
+        : 'enter a date and time';
     }
     case 'time': {
       const m = /^(\d{2}:\d{2})(:\d{2})?$/.exec(text);

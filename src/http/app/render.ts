@@ -305,7 +305,11 @@ export const editorData = (
     }
   };
   walk(items);
-  return { rules: rulesOf(items), types: Object.fromEntries(types), choices: Object.fromEntries(choiceValues) };
+  return {
+    rules: rulesOf(items),
+    types: Object.fromEntries(types),
+    choices: Object.fromEntries(choiceValues),
+  };
 };
 
 /** JSON for a `<script type="application/json">` block (no `</script>` breakout). */

@@ -4,6 +4,7 @@
  */
 import Router from '@koa/router';
 import type { Casebook } from '../../casebook.js';
+import { sameOriginOnly } from '../edge/same-origin.js';
 import { postReport, showReport } from './editor.js';
 import { chooseForm, formSelection } from './forms.js';
 import { launch } from './launch.js';
@@ -18,6 +19,8 @@ export const appRouter = (casebook: Casebook): Router => {
     ctx.set('X-Content-Type-Options', 'nosniff');
     await next();
   });
+  // Every form post (and any other state-changing request) comes from the app's own pages.
+  router.use(sameOriginOnly(new URL(casebook.config.appUrl).origin));
   router.get('/external/v1', (ctx) => launch(ctx, casebook));
   router.get('/tasks/:id/forms', (ctx) => formSelection(ctx, casebook));
   router.post('/tasks/:id/forms', (ctx) => chooseForm(ctx, casebook));

@@ -206,7 +206,8 @@ export const parseJsonBody = (text: string): unknown => {
   const lossy = findLossyNumber(text);
   if (lossy) {
     const resourceType = (parsed as { resourceType?: unknown }).resourceType;
-    const root = typeof resourceType === 'string' && /^[A-Z][A-Za-z]{0,63}$/.test(resourceType) ? resourceType : '';
+    const root =
+      typeof resourceType === 'string' && /^[A-Z][A-Za-z]{0,63}$/.test(resourceType) ? resourceType : '';
     const where = formatPath([...(root ? [root] : []), ...lossy.path]) || 'body';
     throw new DomainError(
       'invalid',

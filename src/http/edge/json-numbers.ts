@@ -27,7 +27,8 @@ export interface LossyNumber {
 export const lossOf = (literal: string): string | undefined => {
   const n = Number(literal);
   if (!Number.isFinite(n)) return 'is beyond the largest number JSON can carry (about 1.8e308)';
-  if (n === 0) return /[1-9]/.test(literal.replace(/[eE].*$/, '')) ? 'is too small to be told from 0' : undefined;
+  if (n === 0)
+    return /[1-9]/.test(literal.replace(/[eE].*$/, '')) ? 'is too small to be told from 0' : undefined;
   if (/[.eE]/.test(literal) || Number.isSafeInteger(n)) return undefined;
   // An integer literal beyond 2^53: kept only when the double holds it exactly.
   return BigInt(literal) === BigInt(n)
@@ -88,7 +89,9 @@ export const findLossyNumber = (text: string): LossyNumber | undefined => {
       if (reason)
         return {
           literal: literal.length > 40 ? `${literal.slice(0, 40)}…` : literal,
-          path: frames.map((f) => (f.array ? f.index : (JSON.parse(text.slice(f.keyStart, f.keyEnd)) as string))),
+          path: frames.map((f) =>
+            f.array ? f.index : (JSON.parse(text.slice(f.keyStart, f.keyEnd)) as string),
+          ),
           reason,
         };
       i = end - 1;
