@@ -76,6 +76,15 @@ export const SEARCH_PARAMETERS: Record<ResourceType, TypeSearch> = {
   },
 };
 
+/**
+ * A `_count` value (FHIR R5 search.html#count): a non-negative integer written in at most nine
+ * decimal digits; `1e3`, `0x10`, `-0` or `1.0` are not one. The one parser of every `_count`
+ * (search, history, `$everything`, AuditEvent).
+ * @returns the count, or undefined when `text` is not one.
+ */
+export const countOf = (text: string): number | undefined =>
+  /^\d{1,9}$/.test(text) ? Number(text) : undefined;
+
 const SEARCH_DATE =
   /^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?)?)?$/;
 

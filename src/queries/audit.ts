@@ -11,7 +11,7 @@ import { mayAtAll, type Principal } from '../fhir/access.js';
 import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
 import { resourceIdIn } from '../fhir/references.js';
 import type { Permission } from '../fhir/scopes.js';
-import { searchDateRange } from '../fhir/search.js';
+import { countOf, searchDateRange } from '../fhir/search.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
 
 /** `_count` when none is given, and its maximum. */
@@ -190,8 +190,8 @@ export const searchAuditEvents = async (
     }
   }
   const countText = values(params, '_count')[0];
-  const count = countText === undefined ? DEFAULT_AUDIT_COUNT : Number(countText);
-  if (!Number.isInteger(count) || count < 0) throw invalid('_count', '_count must be a non-negative integer');
+  const count = countText === undefined ? DEFAULT_AUDIT_COUNT : countOf(countText);
+  if (count === undefined) throw invalid('_count', '_count must be a non-negative integer');
   const size = Math.min(count, MAX_AUDIT_COUNT);
   const filter = where.join(' AND ');
   const filterArgs = [...args];

@@ -27,7 +27,7 @@ import { isFhirInstant } from '../fhir/dates.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
-import { SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
+import { countOf, SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
 import { isFhirString } from '../fhir/strings.js';
 import {
   countResources,
@@ -225,9 +225,10 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
       throw new DomainError('invalid', 'InvalidHistoryParameter', `give ${name} once, with a value`, name);
     const value = values[0]!;
     if (name === '_count') {
-      if (!/^\d{1,9}$/.test(value))
+      const n = countOf(value);
+      if (n === undefined)
         throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
-      count = Math.min(Number(value), MAX_SEARCH_COUNT);
+      count = Math.min(n, MAX_SEARCH_COUNT);
     } else if (name === '_since') since = instantOf(name, value);
     else if (name === '_at') at = instantOf(name, value);
     else if (name === '_cursor') {
@@ -494,8 +495,8 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
     const values = (Array.isArray(raw) ? raw : [raw ?? '']).filter((v) => v !== '');
     if (name === '_format' || name === '_pretty') continue;
     if (name === '_count') {
-      const n = Number(single(name, values));
-      if (!/^\d{1,9}$/.test(values[0] ?? '') || !Number.isInteger(n) || n < 0)
+      const n = countOf(single(name, values));
+      if (n === undefined)
         throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
       // FHIR lets a server return fewer than asked: above the maximum, the maximum.
       count = Math.min(n, MAX_SEARCH_COUNT);
@@ -736,6 +737,9 @@ export const search = async (
   return { matches: page, total, included, next, previous };
 };
 
+/** The parameters `$everything` takes (and the formatting ones every interaction ignores). */
+const EVERYTHING_PARAMETERS = new Set(['_count', '_cursor', '_format', '_pretty']);
+
 /** `_count` of $everything when none is given, and its maximum. */
 export const DEFAULT_EVERYTHING_COUNT = 50;
 
@@ -778,6 +782,17 @@ export const everything = async (
   patientId: number,
   params: SearchParams,
 ): Promise<EverythingPage> => {
+  // Every unknown parameter is a 400, as on a search (FHIR's start, end, _since and _type are not
+  // implemented: ignoring them would answer more than was asked).
+  for (const name of Object.keys(params))
+    if (!EVERYTHING_PARAMETERS.has(name))
+      throw new DomainError(
+        'invalid',
+        'UnsupportedParameter',
+        `$everything does not support the parameter ${name} (supported: _count, _cursor)`,
+        name,
+        { issueCode: 'not-supported' },
+      );
   const patient = await read(sql, principal, DEFINITIONS.Patient, patientId);
   // Paging reads the compartment's keys and links only, then the content of the page's rows: a
   // Patient with 1,500 reports of 10 KB brought 15 MB into the server for every page of 10.
@@ -820,8 +835,8 @@ export const everything = async (
       EVERYTHING_ORDER.indexOf(a.resourceType) - EVERYTHING_ORDER.indexOf(b.resourceType) || a.id - b.id,
   );
   const countText = Array.isArray(params._count) ? params._count[0] : params._count;
-  const count = countText === undefined ? DEFAULT_EVERYTHING_COUNT : Number(countText);
-  if (!Number.isInteger(count) || count < 1)
+  const count = countText === undefined ? DEFAULT_EVERYTHING_COUNT : countOf(countText);
+  if (count === undefined || count < 1)
     throw new DomainError('invalid', 'InvalidCount', '_count must be a positive integer', '_count');
   const size = Math.min(count, 1000);
   const cursorText = Array.isArray(params._cursor) ? params._cursor[0] : params._cursor;

@@ -71,13 +71,14 @@ for (const database of testDatabases) {
 
     it('refuses a post without Origin that says cross-site, or says nothing, and writes nothing', async () => {
       const origin = new URL(app.casebook.config.appUrl).origin;
-      for (const headers of [
+      const refusedHeaders: Record<string, string>[] = [
         { 'Sec-Fetch-Site': 'cross-site' },
         {},
         { Origin: 'https://evil.example' },
         { Origin: 'null', 'Sec-Fetch-Site': 'same-origin' },
         { 'Sec-Fetch-Site': 'none' },
-      ]) {
+      ];
+      for (const headers of refusedHeaders) {
         const before = (await app.allEvents()).length;
         for (const path of [`/tasks/${taskId}/forms`, `/tasks/${taskId}/report`]) {
           const res = await post(path, { questionnaire: questionnaireId, action: 'save' }, headers);

@@ -58,7 +58,7 @@ for (const database of testDatabases) {
         [systemNfd, nfd],
         [system, nfd],
         [systemNfd, nfc],
-      ]) {
+      ] as const) {
         const found = await fhir(app, 'GET', `/Patient?identifier=${encodeURIComponent(`${s}|${v}`)}`);
         expect(found.body.total, `${s}|${v}`).to.equal(1);
         expect(found.body.entry[0].resource.id).to.equal(created.body.id);
