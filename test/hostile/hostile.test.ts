@@ -1192,6 +1192,16 @@ for (const database of testDatabases) {
           item: [
             ...propertyItems,
             { linkId: 'group', type: 'group', repeats: true, item: [{ linkId: 'toString', type: 'string' }] },
+            {
+              // Questions no item has, that every object has: the 500 of issue 33.
+              linkId: 'orphan',
+              type: 'string',
+              enableBehavior: 'any',
+              enableWhen: [
+                { question: '__lookupSetter__', operator: '=', answerString: 'x' },
+                { question: 'then', operator: 'exists', answerBoolean: true },
+              ],
+            },
           ],
         },
       });

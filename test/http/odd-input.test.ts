@@ -144,6 +144,13 @@ for (const database of testDatabases) {
               type: 'string',
               enableWhen: [{ question: '__proto__', operator: 'exists', answerBoolean: true }],
             },
+            {
+              // The finding: a question that is no item's linkId but a property of every object.
+              linkId: 'later',
+              text: 'Shown when isPrototypeOf equals x',
+              type: 'string',
+              enableWhen: [{ question: 'isPrototypeOf', operator: '=', answerString: 'x' }],
+            },
           ],
         },
       });
