@@ -3,6 +3,7 @@
  * defaults run the embedded PGlite store in ./data with all hosts on http://localhost:8080.
  */
 import { z } from 'zod';
+import { formatScope, parseScopeList, ScopeSyntaxError } from './fhir/scopes.js';
 
 const list = z
   .string()
@@ -20,6 +21,36 @@ const url = (fallback: string) =>
     .url()
     .optional()
     .transform((v) => (v ?? fallback).replace(/\/+$/, ''));
+
+/**
+ * The scopes a launched session asks for when LAUNCHER_SCOPES is not set: a clinician's, over what
+ * the session user authored and the launched patient's compartment — never `system/`.
+ */
+export const DEFAULT_LAUNCHER_SCOPES = 'user/*.cruds patient/*.cruds';
+
+/**
+ * LAUNCHER_SCOPES as v2 scopes (docs/interface.md §4.6, §5.3).
+ * @throws {Error} for a malformed scope, none at all, or a `system/` scope (a clinician's session
+ *   is never tenant-wide).
+ */
+export const parseLauncherScopes = (value: string): string[] => {
+  let scopes: ReturnType<typeof parseScopeList>['scopes'];
+  try {
+    scopes = parseScopeList(value).scopes;
+  } catch (error) {
+    if (error instanceof ScopeSyntaxError)
+      throw new Error(`invalid configuration: LAUNCHER_SCOPES: ${error.message}`);
+    throw error;
+  }
+  if (scopes.length === 0)
+    throw new Error('invalid configuration: LAUNCHER_SCOPES must name at least one resource scope');
+  const system = scopes.find((s) => s.context === 'system');
+  if (system)
+    throw new Error(
+      `invalid configuration: LAUNCHER_SCOPES: ${formatScope(system)} is a system/ scope; a launched session is a clinician's (user/, patient/)`,
+    );
+  return scopes.map(formatScope);
+};
 
 const schema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
@@ -57,6 +88,7 @@ const schema = z.object({
   LAUNCHER_ENCOUNTER_SYSTEM: z.string().default('urn:casebook:hospital:encounter'),
   LAUNCHER_STAFF_SYSTEM: z.string().default('urn:casebook:hospital:staff'),
   LAUNCHER_TASK_SYSTEM: z.string().default('urn:casebook:hospital:encounter-task'),
+  LAUNCHER_SCOPES: z.string().default(DEFAULT_LAUNCHER_SCOPES),
 });
 
 export interface Config {
@@ -131,6 +163,11 @@ export interface Config {
     readonly allowUnsigned: boolean;
     /** Write a launch's date of birth or sex over a Patient's disagreeing ones. */
     readonly updateDemographics: boolean;
+    /**
+     * The scopes a launched session asks for (LAUNCHER_SCOPES, v2 syntax, never `system/`): the
+     * session gets them downscoped to the tenant's allowed scopes (docs/interface.md §4.6).
+     */
+    readonly scopes: readonly string[];
   };
 }
 
@@ -240,6 +277,7 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
       sharedSecrets: e.LAUNCHER_SHARED_SECRET,
       allowUnsigned,
       updateDemographics: e.LAUNCHER_UPDATE_DEMOGRAPHICS === 'true',
+      scopes: parseLauncherScopes(e.LAUNCHER_SCOPES),
     },
   };
 };

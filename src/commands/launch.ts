@@ -51,6 +51,11 @@ export interface LaunchOptions {
   readonly signature?: { readonly nonce: string; readonly ts: number; readonly key: number };
   /** Write a disagreeing date of birth or sex over the Patient's (LAUNCHER_UPDATE_DEMOGRAPHICS). */
   readonly updateDemographics: boolean;
+  /**
+   * The scopes the session asks for (LAUNCHER_SCOPES): downscoped to the tenant's allowed scopes
+   * like any POST /sessions, so a launch never gets the tenant's `system/` scopes.
+   */
+  readonly scopes: readonly string[];
   /** The request's AuditEvent, appended with the launch (`execute`'s `audit` option). */
   readonly audit?: (outcome: LaunchOutcome) => AuditRecord | undefined;
 }
@@ -137,6 +142,7 @@ export const launch = async (
         uow,
         client,
         {
+          scope: [...options.scopes],
           user: userId,
           patient: ids.patientId,
           encounter: ids.encounterId,

@@ -10,6 +10,7 @@
  * racing creates can never both succeed; the loser's retry finds the winner.
  */
 import { allocateId } from '../db/sequences.js';
+import { type Identifier, sameIdentifier } from '../domain/clinical/identifier.js';
 import { DomainError } from '../domain/decider.js';
 import {
   type Content,
@@ -35,8 +36,6 @@ export interface WriteResult {
   /** The resource's content after the write. */
   readonly content: Content;
 }
-
-type Identifier = { readonly system: string; readonly value: string };
 
 const NONE: ResourceState = { status: 'none' };
 
@@ -266,7 +265,6 @@ const release = async (
   });
 };
 
-const sameIdentifier = (a: Identifier, b: Identifier) => a.system === b.system && a.value === b.value;
 const minus = <T extends Identifier>(a: readonly T[], b: readonly T[]) =>
   a.filter((x) => !b.some((y) => sameIdentifier(x, y)));
 

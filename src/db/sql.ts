@@ -166,6 +166,22 @@ class PgClientSql implements Sql {
   async close(): Promise<void> {}
 }
 
+/**
+ * An instant as text PostgreSQL reads as a `timestamptz`, for any instant a FHIR value can name:
+ * ISO 8601 for years 1–9999; past 9999 the year without the `+` that `toISOString` writes
+ * (`10000-01-01T00:00:00.000Z`: the end of `9999-12-31`); before year 1 an era, since PostgreSQL
+ * has no year 0 (`0001-01-01T00:00+14:00` is `0001-12-31T10:00:00.000Z BC`, which `toISOString`
+ * writes as year 0000 and PostgreSQL refuses).
+ * @throws {RangeError} for an invalid Date.
+ */
+export const timestampText = (instant: Date): string => {
+  const iso = instant.toISOString();
+  const year = instant.getUTCFullYear();
+  if (year >= 1 && year <= 9999) return iso;
+  const rest = iso.replace(/^[+-]?\d+/, '');
+  return year > 9999 ? `${year}${rest}` : `${String(1 - year).padStart(4, '0')}${rest} BC`;
+};
+
 /** `name` as a double-quoted SQL identifier (node-postgres' escaping; PGlite parses the same SQL). */
 export const quoteIdentifier = (name: string): string => pg.escapeIdentifier(name);
 
@@ -206,6 +222,43 @@ const statementOnly = (error: unknown): boolean => {
   if (!(error instanceof pg.DatabaseError)) return false;
   const code = error.code ?? '';
   return error.severity === 'ERROR' && !code.startsWith('08') && !code.startsWith('57P');
+};
+
+/** Errors of the socket under a connection: the server is gone, unreachable or closed it. */
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/** What node-postgres and PGlite say when a connection is lost, cannot be made, or was closed. */
+const LOST_CONNECTION =
+  /^(?:Connection terminated|Client has encountered a connection error|Client was closed|timeout exceeded when trying to connect|Cannot use a pool after calling end|PGlite is closed)/;
+
+/**
+ * Whether `error` (or an error it wraps, through `cause` or an AggregateError) says the database
+ * could not answer — not that it refused the statement: the connection was terminated
+ * (`pg_terminate_backend`, a restart: SQLSTATE class 08, 57P), the server has no connection left
+ * (53300), the pool cannot connect (ECONNREFUSED, a connect timeout), or the pool or PGlite was
+ * closed. Such a request is answered 503 with `Retry-After`, never 500 (docs/interface.md §7);
+ * a statement the server refused is not one of these.
+ */
+export const isDatabaseUnavailable = (error: unknown, depth = 0): boolean => {
+  if (error === null || typeof error !== 'object' || depth > 5) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (error instanceof pg.DatabaseError) {
+    const sqlState = error.code ?? '';
+    if (sqlState.startsWith('08') || sqlState.startsWith('57P') || sqlState === '53300') return true;
+  } else if (typeof code === 'string' && NETWORK_CODES.has(code)) return true;
+  if (typeof message === 'string' && LOST_CONNECTION.test(message)) return true;
+  const inner = error instanceof AggregateError ? error.errors : [];
+  return [(error as { cause?: unknown }).cause, ...inner].some((e) => isDatabaseUnavailable(e, depth + 1));
 };
 
 /** node-postgres pool. `searchPath` isolates a schema (used by tests). */

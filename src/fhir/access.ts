@@ -5,6 +5,7 @@
  * `user/` only what the session user authored (and the user's own Practitioner). Questionnaire
  * access comes only from project-filtered Questionnaire scopes (docs/interface.md §5.3 rule 3).
  */
+import { comparableText } from '../domain/clinical/identifier.js';
 import { DomainError } from '../domain/decider.js';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
 import type { Actor } from '../eventstore/port.js';
@@ -98,8 +99,11 @@ const questionnaireFiltersAdmit = (scope: ResourceScope, target: AccessTarget): 
         return content.version === value;
       case 'identifier': {
         const [system, code] = value.includes('|') ? value.split('|', 2) : [undefined, value];
+        // Compared in NFC, as every identifier match (docs/interface.md §2.5).
         return identifiersOf(content).some(
-          (i) => i.value === code && (system === undefined || system === '' || i.system === system),
+          (i) =>
+            comparableText(i.value) === comparableText(code!) &&
+            (system === undefined || system === '' || comparableText(i.system) === comparableText(system)),
         );
       }
       case 'specialty':

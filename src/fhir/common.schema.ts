@@ -1,6 +1,7 @@
 /** zod building blocks of FHIR R5 JSON shared by the resource schemas (issue 3). */
 import { z } from 'zod';
-import { isCalendarDate } from './dates.js';
+import { comparableText } from '../domain/clinical/identifier.js';
+import { isFhirDate, isFhirDateTime } from './dates.js';
 import { idInReference, MAX_RESOURCE_ID } from './references.js';
 
 /** docs/interface.md §2.5: only `system` and `value`, both required; any other Identifier element is refused (422). */
@@ -42,7 +43,8 @@ export const identifierList = identifiers.superRefine((list, ctx) => {
   const firstAt = new Map<string, number>();
   list.forEach((entry, index) => {
     if (typeof entry?.system !== 'string' || typeof entry?.value !== 'string') return;
-    const key = JSON.stringify([entry.system, entry.value]);
+    // Compared in NFC (docs/interface.md §2.5): "é" in two spellings is one identifier.
+    const key = JSON.stringify([comparableText(entry.system), comparableText(entry.value)]);
     const first = firstAt.get(key);
     if (first === undefined) firstAt.set(key, index);
     else
@@ -54,36 +56,23 @@ export const identifierList = identifiers.superRefine((list, ctx) => {
   });
 });
 
-const FHIR_DATE = /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?)?$/;
-
 /**
- * FHIR `date`: YYYY, YYYY-MM or YYYY-MM-DD, and a real calendar date. The calendar check only
- * runs on values of the right format, so a malformed value is reported once.
+ * FHIR `date`: YYYY, YYYY-MM or YYYY-MM-DD, a real calendar date of year 0001–9999
+ * (src/fhir/dates.ts, the one implementation of the rule).
  */
 export const fhirDate = z
   .string()
-  .regex(FHIR_DATE, 'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD)')
   .refine(
-    (v) =>
-      !FHIR_DATE.test(v) ||
-      v.length < 10 ||
-      isCalendarDate(Number(v.slice(0, 4)), Number(v.slice(5, 7)), Number(v.slice(8, 10))),
-    'is not a calendar date',
+    isFhirDate,
+    'must be a FHIR date (YYYY, YYYY-MM or YYYY-MM-DD), a real calendar date from year 0001',
   );
 
-const FHIR_DATE_TIME =
-  /^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01])(T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]((0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
-
-/** FHIR `dateTime` (a date, or a date and time with a time zone); a malformed value is reported once. */
+/** FHIR `dateTime`: a FHIR date, or a date and a time with a time zone (src/fhir/dates.ts). */
 export const fhirDateTime = z
   .string()
-  .regex(FHIR_DATE_TIME, 'must be a FHIR dateTime')
   .refine(
-    (v) =>
-      !FHIR_DATE_TIME.test(v) ||
-      v.length < 10 ||
-      !Number.isNaN(Date.parse(v.length === 10 ? `${v}T00:00:00Z` : v)),
-    'is not a valid dateTime',
+    isFhirDateTime,
+    'must be a FHIR dateTime (a FHIR date, or YYYY-MM-DDThh:mm:ss with a time zone), a real calendar date from year 0001',
   );
 
 /**

@@ -4,10 +4,11 @@
  * §2.5–2.6, §4.3). These are FHIR rules, not HTTP: the data server, the transaction Bundle, the
  * app host and the launcher use them alike.
  */
-import { ZodError } from 'zod';
+import { ZodError, type z } from 'zod';
 import { DomainError } from '../domain/decider.js';
 import { type Content, isResourceType } from '../domain/fhir/resource.js';
 import { DEFINITIONS, type ResourceDefinition } from './definitions.js';
+import { findPrimitiveViolations } from './primitives.js';
 import { resourceIdIn } from './references.js';
 
 /** Tag system naming a Questionnaire's project on create (docs/interface.md §5.3 rule 3). */
@@ -68,12 +69,24 @@ export const parseResource = (def: ResourceDefinition, body: unknown, mode: 'cre
       `resourceType must be ${def.type}, not ${JSON.stringify(resourceType ?? null)}`,
       'resourceType',
     );
+  // Typed primitives anywhere in the body (`valueInteger` beyond 32 bits, `valueDate` of year
+  // 0000…), beside what the type's schema checks: every problem in one answer.
+  const primitives: z.core.$ZodIssue[] = findPrimitiveViolations(body).map((v) => ({
+    code: 'custom',
+    path: [...v.path],
+    message: `must be ${v.rule}`,
+    input: undefined,
+  }));
+  let content: Content;
   try {
-    return def.parse(body, mode);
+    content = def.parse(body, mode);
   } catch (error) {
-    if (error instanceof ZodError) throw new ResourceValidationError(def.type, error, body);
+    if (error instanceof ZodError)
+      throw new ResourceValidationError(def.type, new ZodError([...error.issues, ...primitives]), body);
     throw error;
   }
+  if (primitives.length > 0) throw new ResourceValidationError(def.type, new ZodError(primitives), body);
+  return content;
 };
 
 /**

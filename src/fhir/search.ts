@@ -12,58 +12,78 @@ export type SearchParameter =
   | { readonly kind: 'element'; readonly element: string; readonly type: 'uri' | 'token' };
 
 export interface TypeSearch {
-  readonly parameters: Readonly<Record<string, SearchParameter>>;
+  /**
+   * The type's parameters by name: a Map, so a name such as `constructor` or `__proto__` is an
+   * unknown parameter (400), never a property every object inherits (issue 33).
+   */
+  readonly parameters: ReadonlyMap<string, SearchParameter>;
   readonly _include?: readonly string[];
 }
 
 const id: SearchParameter = { kind: 'id' };
 
+const parametersOf = (table: Record<string, SearchParameter>): ReadonlyMap<string, SearchParameter> =>
+  new Map(Object.entries(table));
+
 export const SEARCH_PARAMETERS: Record<ResourceType, TypeSearch> = {
-  Patient: { parameters: { _id: id, identifier: { kind: 'token', path: 'Patient.identifier' } } },
-  Practitioner: { parameters: { _id: id, identifier: { kind: 'token', path: 'Practitioner.identifier' } } },
+  Patient: {
+    parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Patient.identifier' } }),
+  },
+  Practitioner: {
+    parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Practitioner.identifier' } }),
+  },
   Encounter: {
-    parameters: {
+    parameters: parametersOf({
       _id: id,
       identifier: { kind: 'token', path: 'Encounter.identifier' },
       subject: { kind: 'patient', path: 'Encounter.subject' },
       patient: { kind: 'patient', path: 'Encounter.subject' },
-    },
+    }),
   },
   Task: {
-    parameters: {
+    parameters: parametersOf({
       _id: id,
       identifier: { kind: 'token', path: 'Task.identifier' },
       patient: { kind: 'patient', path: 'Task.for' },
       subject: { kind: 'patient', path: 'Task.for' },
       encounter: { kind: 'encounter', path: 'Task.encounter' },
       status: { kind: 'element', element: 'status', type: 'token' },
-    },
+    }),
   },
   Questionnaire: {
-    parameters: {
+    parameters: parametersOf({
       _id: id,
       url: { kind: 'element', element: 'url', type: 'uri' },
       version: { kind: 'element', element: 'version', type: 'token' },
       identifier: { kind: 'token', path: 'Questionnaire.identifier' },
-    },
+    }),
   },
   QuestionnaireResponse: {
-    parameters: {
+    parameters: parametersOf({
       _id: id,
       subject: { kind: 'patient', path: 'QuestionnaireResponse.subject' },
       patient: { kind: 'patient', path: 'QuestionnaireResponse.subject' },
       encounter: { kind: 'encounter', path: 'QuestionnaireResponse.encounter' },
-    },
+    }),
     _include: ['QuestionnaireResponse:subject', 'QuestionnaireResponse:encounter'],
   },
   ValueSet: {
-    parameters: {
+    parameters: parametersOf({
       _id: id,
       url: { kind: 'element', element: 'url', type: 'uri' },
       version: { kind: 'element', element: 'version', type: 'token' },
-    },
+    }),
   },
 };
+
+/**
+ * A `_count` value (FHIR R5 search.html#count): a non-negative integer written in at most nine
+ * decimal digits; `1e3`, `0x10`, `-0` or `1.0` are not one. The one parser of every `_count`
+ * (search, history, `$everything`, AuditEvent).
+ * @returns the count, or undefined when `text` is not one.
+ */
+export const countOf = (text: string): number | undefined =>
+  /^\d{1,9}$/.test(text) ? Number(text) : undefined;
 
 const SEARCH_DATE =
   /^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?)?)?$/;

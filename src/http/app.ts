@@ -75,6 +75,30 @@ export const createHttpApp = (casebook: Casebook): Koa => {
     maxAge: 600,
   });
 
+  /**
+   * Answers a failed request in its host's format: an OperationOutcome on the FHIR routes (issue 3),
+   * readable HTML pages on the app host and the launcher (issue 5), problem+json elsewhere; with
+   * the error's headers (`Retry-After` on a 503, `Allow` on a 405). An unexpected error is logged
+   * (without request data) and answered 500; a 5xx the mapping knows (the database unreachable, a
+   * read model stopped) is logged as a warning.
+   */
+  const answerError = (ctx: Koa.Context, error: unknown): void => {
+    const problem = toProblem(error);
+    const where = { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path };
+    if (!problem) logger.error(where, 'request failed');
+    else if (problem.status >= 500) logger.warn(where, `request answered ${problem.status} ${problem.code}`);
+    const internal = `internal error (request id ${ctx.state.requestId})`;
+    for (const [name, value] of Object.entries(problem?.headers ?? {})) ctx.set(name, value);
+    if (isFhir(ctx.path)) {
+      const outcome = toOutcome(error);
+      if (outcome?.location) ctx.set('Location', `${casebook.config.fhirUrl}/${outcome.location}`);
+      if (outcome) sendOutcome(ctx, outcome.status, outcome.issues);
+      else sendOutcome(ctx, 500, [{ severity: 'fatal', code: 'exception', diagnostics: internal }]);
+    } else if (isApp(ctx.path))
+      sendErrorPage(ctx, problem?.status ?? 500, problem?.detail ?? internal, problem?.code);
+    else sendProblem(ctx, problem ?? { status: 500, code: 'InternalError', detail: internal });
+  };
+
   // Outermost: the AuditEvent sees the final status, and is in the log before the answer leaves.
   const authPrefix = mountPath(casebook.config.authUrl);
   app.use(
@@ -85,6 +109,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
         under(authPrefix, path) ||
         // The browser bundles are static code without data (src/http/app/assets-route.ts).
         (isApp(path) && !under(`${appPrefix}${ASSETS_PATH}`, path)),
+      answerError,
     ),
   );
 
@@ -102,61 +127,7 @@ export const createHttpApp = (casebook: Casebook): Koa => {
           Allow: ctx.response.get('Allow'),
         });
     } catch (error) {
-      if (isFhir(ctx.path)) {
-        // FHIR routes answer OperationOutcome (issue 3); the rest problem+json.
-        const outcome = toOutcome(error);
-        if (error instanceof HttpError)
-          for (const [name, value] of Object.entries(error.headers)) ctx.set(name, value);
-        if (outcome) {
-          if (outcome.location) ctx.set('Location', `${casebook.config.fhirUrl}/${outcome.location}`);
-          sendOutcome(ctx, outcome.status, outcome.issues);
-        } else {
-          logger.error(
-            { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path },
-            'request failed',
-          );
-          sendOutcome(ctx, 500, [
-            {
-              severity: 'fatal',
-              code: 'exception',
-              diagnostics: `internal error (request id ${ctx.state.requestId})`,
-            },
-          ]);
-        }
-        return;
-      }
-      if (isApp(ctx.path)) {
-        // The application host answers clinicians with readable pages (issue 5).
-        const problem = toProblem(error);
-        if (!problem)
-          logger.error(
-            { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path },
-            'request failed',
-          );
-        sendErrorPage(
-          ctx,
-          problem?.status ?? 500,
-          problem?.detail ?? `internal error (request id ${ctx.state.requestId})`,
-          problem?.code,
-        );
-        return;
-      }
-      const problem = toProblem(error);
-      if (problem) {
-        if (error instanceof HttpError)
-          for (const [name, value] of Object.entries(error.headers)) ctx.set(name, value);
-        sendProblem(ctx, problem);
-      } else {
-        logger.error(
-          { err: error, requestId: ctx.state.requestId, method: ctx.method, path: ctx.path },
-          'request failed',
-        );
-        sendProblem(ctx, {
-          status: 500,
-          code: 'InternalError',
-          detail: `internal error (request id ${ctx.state.requestId})`,
-        });
-      }
+      answerError(ctx, error);
     } finally {
       const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
       const labels = {

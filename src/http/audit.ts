@@ -13,6 +13,7 @@ import type { Casebook } from '../casebook.js';
 import { newId } from '../domain/ids.js';
 import type { AuditAction, AuditAgent, AuditEntity, AuditRecord } from '../fhir/audit-event.js';
 import { resourceIdIn } from '../fhir/references.js';
+import { DATABASE_RETRY_AFTER_SECONDS, HttpError } from './errors.js';
 
 /** What a route tells the audit middleware. */
 export interface AuditNote {
@@ -132,12 +133,23 @@ export const auditedWith = (ctx: Context, record: AuditRecord | undefined): void
   if (record) ctx.state.auditedInline = record;
 };
 
+/** Response headers an answer replaced by the audit trail's 503 keeps: the request's id, CORS. */
+const KEPT_ON_FAILURE = /^(?:x-request-id|vary|access-control-)/i;
+
 /**
  * The middleware: runs the request, then records its AuditEvent before the response is sent.
+ * When the record cannot be written, the answer is replaced (its headers too: no `Location` or
+ * cookie of an answer not given) by 503 `AuditTrailUnavailable` with `Retry-After`, in the host's
+ * format.
  * @param audited which requests are audited (by path).
+ * @param answerError writes an error answer in the host's format (src/http/app.ts).
  */
 export const auditMiddleware =
-  (casebook: Casebook, audited: (path: string) => boolean) =>
+  (
+    casebook: Casebook,
+    audited: (path: string) => boolean,
+    answerError: (ctx: Context, error: unknown) => void,
+  ) =>
   async (ctx: Context, next: Next): Promise<void> => {
     if (!audited(ctx.path) || ctx.method === 'OPTIONS') return next();
     ctx.state.audited = true;
@@ -155,8 +167,12 @@ export const auditMiddleware =
         { err: error, requestId: ctx.state.requestId },
         'audit record failed; answering 503',
       );
-      ctx.status = 503;
-      ctx.type = 'application/json';
-      ctx.body = { status: 503, detail: 'the audit trail cannot be written; try again shortly' };
+      for (const name of Object.keys(ctx.response.headers)) if (!KEPT_ON_FAILURE.test(name)) ctx.remove(name);
+      answerError(
+        ctx,
+        new HttpError(503, 'AuditTrailUnavailable', 'the audit trail cannot be written; retry shortly', {
+          'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS),
+        }),
+      );
     }
   };

@@ -1,11 +1,14 @@
 /**
  * One error mapping for the HTTP edge (CONVENTIONS.md "HTTP edge"): domain errors, zod validation
- * errors and body-parser errors become 4xx with a clear message; anything else is logged (without
- * request data) and answered 500. Auth-host routes answer `application/problem+json` (RFC 9457);
- * FHIR routes will answer OperationOutcome.
+ * errors and body-parser errors become 4xx with a clear message; a database that cannot answer
+ * (classified by the db layer, src/db/sql.ts `isDatabaseUnavailable`) becomes 503 with
+ * `Retry-After`; anything else is logged (without request data) and answered 500. Auth-host routes
+ * answer `application/problem+json` (RFC 9457), FHIR routes an OperationOutcome, the app host and
+ * the launcher HTML pages (src/http/app.ts).
  */
 import type { Context } from 'koa';
 import { ZodError } from 'zod';
+import { isDatabaseUnavailable } from '../db/sql.js';
 import { DomainError, type DomainErrorKind } from '../domain/decider.js';
 import { EventIdConflict, UnstorableEvent, WrongExpectedVersion } from '../eventstore/port.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
@@ -28,7 +31,12 @@ export interface Problem {
   readonly code: string;
   readonly detail: string;
   readonly errors?: readonly { readonly path: string; readonly message: string }[];
+  /** Headers the answer carries whatever its format (`Retry-After`, `Allow`…). */
+  readonly headers?: Readonly<Record<string, string>>;
 }
+
+/** Seconds a client waits before retrying a request the database could not answer. */
+export const DATABASE_RETRY_AFTER_SECONDS = 1;
 
 /** An error the edge raises itself with a chosen status (authentication, content type…). */
 export class HttpError extends Error {
@@ -58,7 +66,13 @@ export const toProblem = (error: unknown): Problem | undefined => {
       detail: error.message,
       ...(error.expression ? { errors: [{ path: error.expression, message: error.message }] } : {}),
     };
-  if (error instanceof HttpError) return { status: error.status, code: error.code, detail: error.message };
+  if (error instanceof HttpError)
+    return {
+      status: error.status,
+      code: error.code,
+      detail: error.message,
+      ...(Object.keys(error.headers).length > 0 ? { headers: error.headers } : {}),
+    };
   if (error instanceof ZodError) {
     const errors = error.issues.map((i) => ({ path: formatPath(i.path), message: i.message }));
     return {
@@ -84,6 +98,14 @@ export const toProblem = (error: unknown): Problem | undefined => {
   // A read model this write needs is stopped (docs/architecture.md "Projections"): not the client's fault.
   if (error instanceof ReadModelUnavailable)
     return { status: 503, code: 'ReadModelUnavailable', detail: error.message };
+  // The connection was lost, or none can be made: the request may well succeed in a moment.
+  if (isDatabaseUnavailable(error))
+    return {
+      status: 503,
+      code: 'DatabaseUnavailable',
+      detail: 'the database cannot be reached at the moment; retry shortly',
+      headers: { 'Retry-After': String(DATABASE_RETRY_AFTER_SECONDS) },
+    };
   const status =
     (error as { status?: unknown; statusCode?: unknown })?.status ??
     (error as { statusCode?: unknown })?.statusCode;

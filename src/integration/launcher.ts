@@ -9,7 +9,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { isCalendarDate } from '../fhir/dates.js';
+import { isFhirDay } from '../fhir/dates.js';
 import { idInReference } from '../fhir/references.js';
 
 /** A failure of the launch, shown to the clinician as an error page with `status`. */
@@ -86,10 +86,10 @@ const hospitalNumber = (query: Query, name: string, required: boolean): string |
 
 /** `YYYY-MM-DD` naming a real calendar date, not after `today`. */
 const birthDate = (raw: string, today: Date): string => {
-  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(raw);
-  if (!m) throw new LaunchError(400, `dob must be a date as YYYY-MM-DD, not "${raw}"`);
-  const [year, month, day] = [Number(m[1]), Number(m[2]), Number(m[3])];
-  if (!isCalendarDate(year, month, day)) throw new LaunchError(400, `dob ${raw} is not a real date`);
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(raw))
+    throw new LaunchError(400, `dob must be a date as YYYY-MM-DD, not "${raw}"`);
+  // The FHIR date rule (src/fhir/dates.ts): a real day of year 0001–9999, as the Patient stores it.
+  if (!isFhirDay(raw)) throw new LaunchError(400, `dob ${raw} is not a real date`);
   if (raw > today.toISOString().slice(0, 10)) throw new LaunchError(400, `dob ${raw} is in the future`);
   return raw;
 };

@@ -4,9 +4,11 @@
  * project, author); `rm_resource_identifiers` serves search by identifier. `content` is `json`,
  * not `jsonb`, so a resource keeps its element order (resourceType, id, meta first).
  */
+
 import { batchedOnShared } from '../db/batcher.js';
 import { bumpSequence } from '../db/sequences.js';
 import type { Row, Sql } from '../db/sql.js';
+import { comparableIdentifier, comparableText } from '../domain/clinical/identifier.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
 import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
@@ -102,7 +104,8 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
     project: p.project,
     author: p.author,
     created: p.created,
-    identifiers: source && !p.deleted ? identifiersOf(source.resource) : [],
+    // The index holds the NFC form (docs/interface.md §2.5); the content keeps what was sent.
+    identifiers: source && !p.deleted ? identifiersOf(source.resource).map(comparableIdentifier) : [],
     practitioner_ids: links?.practitionerIds ?? null,
     questionnaire: links?.questionnaire ?? null,
   };
@@ -455,12 +458,13 @@ const searchWhere = (type: ResourceType, tenantId: number, query: Omit<ResourceQ
   if (query.patientIds) where.push(`r.patient_id = ANY(${param(query.patientIds.map(Number))}::int[])`);
   if (query.encounterIds) where.push(`r.encounter_id = ANY(${param(query.encounterIds.map(Number))}::int[])`);
   if (query.identifiers) {
+    // The index holds system and value in NFC: the search value is compared in that form.
     const alternatives = query.identifiers.map((i) =>
       i.system === undefined
-        ? `(i.value = ${param(i.value)})`
+        ? `(i.value = ${param(comparableText(i.value))})`
         : i.system === ''
-          ? `(i.value = ${param(i.value)} AND i.system = '')`
-          : `(i.system = ${param(i.system)} AND i.value = ${param(i.value)})`,
+          ? `(i.value = ${param(comparableText(i.value))} AND i.system = '')`
+          : `(i.system = ${param(comparableText(i.system))} AND i.value = ${param(comparableText(i.value))})`,
     );
     where.push(
       `EXISTS (SELECT 1 FROM rm_resource_identifiers i WHERE i.resource_type = r.resource_type AND i.tenant_id = r.tenant_id AND i.id = r.id AND (${alternatives.join(' OR ')}))`,
@@ -504,7 +508,13 @@ const identifierSearch = (
   if (query.ids || query.patientIds || query.encounterIds || query.elements?.length) return undefined;
   if (query.after || query.backward || (query.sort && (query.sort.by !== '_id' || query.sort.descending)))
     return undefined;
-  return { type, tenantId, system: identifier.system, value: identifier.value, limit: query.limit };
+  return {
+    type,
+    tenantId,
+    system: comparableText(identifier.system),
+    value: comparableText(identifier.value),
+    limit: query.limit,
+  };
 };
 
 /** Runs `searches`: alone as {@link searchRows}, several in one statement. */

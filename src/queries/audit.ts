@@ -5,13 +5,13 @@
  * cover AuditEvent may read them (e.g. `system/AuditEvent.rs`); no session can, whatever its scopes.
  */
 
-import type { Sql } from '../db/sql.js';
+import { type Sql, timestampText } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
 import { mayAtAll, type Principal } from '../fhir/access.js';
 import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
 import { resourceIdIn } from '../fhir/references.js';
 import type { Permission } from '../fhir/scopes.js';
-import { searchDateRange } from '../fhir/search.js';
+import { countOf, searchDateRange } from '../fhir/search.js';
 import { ReadModelUnavailable } from '../projections/runner.js';
 
 /** `_count` when none is given, and its maximum. */
@@ -65,9 +65,13 @@ export interface AuditCursor {
 export const encodeCursor = (cursor: AuditCursor): string =>
   Buffer.from(`a${cursor.seq}`).toString('base64url');
 
+/** The largest `bigint` (the view's `seq`): a larger number in a cursor would overflow in SQL. */
+const MAX_BIGINT = 2n ** 63n - 1n;
+
 const decodeCursor = (text: string): AuditCursor => {
   const m = /^a(\d{1,19})$/.exec(Buffer.from(text, 'base64url').toString('utf8'));
-  if (!m) throw invalid('_cursor', '_cursor is not a cursor of this search (follow the Bundle links)');
+  if (!m || BigInt(m[1]!) > MAX_BIGINT)
+    throw invalid('_cursor', '_cursor is not a cursor of this search (follow the Bundle links)');
   return { seq: m[1]! };
 };
 
@@ -166,27 +170,28 @@ export const searchAuditEvents = async (
         'date',
         `date=${text} must be a FHIR date or instant (a real calendar date) with an optional ge/gt/le/lt/eq prefix`,
       );
-    const { start, end } = range;
+    // Bounds as PostgreSQL reads them: a range may start in 1 BC or end in year 10000.
+    const [start, end] = [timestampText(range.start), timestampText(range.end)];
     switch (m[1] ?? 'eq') {
       case 'ge':
-        where.push(`recorded >= ${arg(start.toISOString())}`);
+        where.push(`recorded >= ${arg(start)}`);
         break;
       case 'gt':
-        where.push(`recorded >= ${arg(end.toISOString())}`);
+        where.push(`recorded >= ${arg(end)}`);
         break;
       case 'le':
-        where.push(`recorded < ${arg(end.toISOString())}`);
+        where.push(`recorded < ${arg(end)}`);
         break;
       case 'lt':
-        where.push(`recorded < ${arg(start.toISOString())}`);
+        where.push(`recorded < ${arg(start)}`);
         break;
       default:
-        where.push(`recorded >= ${arg(start.toISOString())} AND recorded < ${arg(end.toISOString())}`);
+        where.push(`recorded >= ${arg(start)} AND recorded < ${arg(end)}`);
     }
   }
   const countText = values(params, '_count')[0];
-  const count = countText === undefined ? DEFAULT_AUDIT_COUNT : Number(countText);
-  if (!Number.isInteger(count) || count < 0) throw invalid('_count', '_count must be a non-negative integer');
+  const count = countText === undefined ? DEFAULT_AUDIT_COUNT : countOf(countText);
+  if (count === undefined) throw invalid('_count', '_count must be a non-negative integer');
   const size = Math.min(count, MAX_AUDIT_COUNT);
   const filter = where.join(' AND ');
   const filterArgs = [...args];

@@ -23,10 +23,12 @@ import {
   type Principal,
   targetOf,
 } from '../fhir/access.js';
+import { isFhirInstant } from '../fhir/dates.js';
 import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
-import { SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
+import { countOf, SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
+import { isFhirString } from '../fhir/strings.js';
 import {
   countResources,
   everythingLinksOf,
@@ -223,9 +225,10 @@ export const parseHistory = (query: SearchParams): HistoryParams => {
       throw new DomainError('invalid', 'InvalidHistoryParameter', `give ${name} once, with a value`, name);
     const value = values[0]!;
     if (name === '_count') {
-      if (!/^\d{1,9}$/.test(value))
+      const n = countOf(value);
+      if (n === undefined)
         throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
-      count = Math.min(Number(value), MAX_SEARCH_COUNT);
+      count = Math.min(n, MAX_SEARCH_COUNT);
     } else if (name === '_since') since = instantOf(name, value);
     else if (name === '_at') at = instantOf(name, value);
     else if (name === '_cursor') {
@@ -435,6 +438,22 @@ const decodePageCursor = (text: string): Cursor => {
   return { direction: value[0], key: { value: value[1], id: value[2] }, sort: value[3] };
 };
 
+/** The `_lastUpdated` key a cursor carries: the instant in UTC to the microsecond, as SQL writes it. */
+const LAST_UPDATED_KEY = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d\.\d{6}Z$/;
+
+/**
+ * Whether a cursor's key is a value of the order `by`, one PostgreSQL casts back without error
+ * (issue 33: what the parser accepts, the database accepts): an id of at most 2,147,483,647; an
+ * instant of a real calendar day from year 0001 (JavaScript's `Date.parse` reads 30 February and
+ * year 0000, PostgreSQL refuses them); any other order's text without what PostgreSQL text
+ * cannot hold (U+0000).
+ */
+const isCursorKeyOf = (by: SearchSort['by'], key: string): boolean => {
+  if (by === '_id') return resourceIdIn(key) !== undefined;
+  if (by === '_lastUpdated') return LAST_UPDATED_KEY.test(key) && isFhirInstant(key);
+  return isFhirString(key);
+};
+
 /** A parsed search: the query, the paging and the `_include`s. */
 export interface ParsedSearch {
   readonly query: Omit<ResourceQuery, 'limit'>;
@@ -476,8 +495,8 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
     const values = (Array.isArray(raw) ? raw : [raw ?? '']).filter((v) => v !== '');
     if (name === '_format' || name === '_pretty') continue;
     if (name === '_count') {
-      const n = Number(single(name, values));
-      if (!/^\d{1,9}$/.test(values[0] ?? '') || !Number.isInteger(n) || n < 0)
+      const n = countOf(single(name, values));
+      if (n === undefined)
         throw new DomainError('invalid', 'InvalidCount', '_count must be a non-negative integer', '_count');
       // FHIR lets a server return fewer than asked: above the maximum, the maximum.
       count = Math.min(n, MAX_SEARCH_COUNT);
@@ -511,16 +530,14 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
         );
       const descending = keys[0]!.startsWith('-');
       const key = descending ? keys[0]!.slice(1) : keys[0]!;
-      const parameter = supported.parameters[key];
+      const parameter = supported.parameters.get(key);
       if (key === '_id' || key === '_lastUpdated') sort = { by: key, descending };
       else if (parameter?.kind === 'element') sort = { by: { element: parameter.element }, descending };
       else
         throw new DomainError(
           'invalid',
           'UnsupportedSort',
-          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${Object.entries(
-            supported.parameters,
-          )
+          `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${[...supported.parameters]
             .filter(([, p]) => p.kind === 'element')
             .map(([n]) => `, ${n}`)
             .join('')})`,
@@ -541,12 +558,12 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
       }
       continue;
     }
-    const parameter: SearchParameter | undefined = supported.parameters[name];
+    const parameter: SearchParameter | undefined = supported.parameters.get(name);
     if (!parameter)
       throw new DomainError(
         'invalid',
         'UnsupportedSearchParameter',
-        `search parameter ${name} is not supported on ${type} (supported: ${Object.keys(supported.parameters).join(', ')}, _count, _sort, _total${supported._include ? ', _include' : ''})`,
+        `search parameter ${name} is not supported on ${type} (supported: ${[...supported.parameters.keys()].join(', ')}, _count, _sort, _total${supported._include ? ', _include' : ''})`,
         name,
         { issueCode: 'not-supported' },
       );
@@ -605,13 +622,7 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
     );
   // The cursor's key must be of the order's type: it is cast back in SQL.
   const by = sort?.by ?? '_id';
-  if (
-    cursor &&
-    ((by === '_id' && resourceIdIn(cursor.key.value) === undefined) ||
-      (by === '_lastUpdated' &&
-        (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(cursor.key.value) ||
-          Number.isNaN(Date.parse(cursor.key.value)))))
-  )
+  if (cursor && !isCursorKeyOf(by, cursor.key.value))
     throw new DomainError('invalid', 'InvalidCursor', '_cursor is not a cursor of this search', '_cursor');
   return { query: criteria, includes, count, total, sortText, sort, cursor };
 };
@@ -726,6 +737,9 @@ export const search = async (
   return { matches: page, total, included, next, previous };
 };
 
+/** The parameters `$everything` takes (and the formatting ones every interaction ignores). */
+const EVERYTHING_PARAMETERS = new Set(['_count', '_cursor', '_format', '_pretty']);
+
 /** `_count` of $everything when none is given, and its maximum. */
 export const DEFAULT_EVERYTHING_COUNT = 50;
 
@@ -768,6 +782,17 @@ export const everything = async (
   patientId: number,
   params: SearchParams,
 ): Promise<EverythingPage> => {
+  // Every unknown parameter is a 400, as on a search (FHIR's start, end, _since and _type are not
+  // implemented: ignoring them would answer more than was asked).
+  for (const name of Object.keys(params))
+    if (!EVERYTHING_PARAMETERS.has(name))
+      throw new DomainError(
+        'invalid',
+        'UnsupportedParameter',
+        `$everything does not support the parameter ${name} (supported: _count, _cursor)`,
+        name,
+        { issueCode: 'not-supported' },
+      );
   const patient = await read(sql, principal, DEFINITIONS.Patient, patientId);
   // Paging reads the compartment's keys and links only, then the content of the page's rows: a
   // Patient with 1,500 reports of 10 KB brought 15 MB into the server for every page of 10.
@@ -810,8 +835,8 @@ export const everything = async (
       EVERYTHING_ORDER.indexOf(a.resourceType) - EVERYTHING_ORDER.indexOf(b.resourceType) || a.id - b.id,
   );
   const countText = Array.isArray(params._count) ? params._count[0] : params._count;
-  const count = countText === undefined ? DEFAULT_EVERYTHING_COUNT : Number(countText);
-  if (!Number.isInteger(count) || count < 1)
+  const count = countText === undefined ? DEFAULT_EVERYTHING_COUNT : countOf(countText);
+  if (count === undefined || count < 1)
     throw new DomainError('invalid', 'InvalidCount', '_count must be a positive integer', '_count');
   const size = Math.min(count, 1000);
   const cursorText = Array.isArray(params._cursor) ? params._cursor[0] : params._cursor;

@@ -109,7 +109,7 @@ const lookup = (typePath: string, segment: string): { key: string } | undefined 
   // Children of a BackboneElement are keyed by full path; those of a data type by the type.
   for (const base of ancestorsOf(typePath)) {
     const key = `${base}.${segment}`;
-    if (key in model.path2Type || key in model.choiceTypePaths) return { key };
+    if (Object.hasOwn(model.path2Type, key) || Object.hasOwn(model.choiceTypePaths, key)) return { key };
   }
   return undefined;
 };
@@ -165,7 +165,7 @@ const resolvePath = (elementPath: string): Step[] | string => {
 /** The FHIR type of a choice suffix: `Boolean` → boolean, `CodeableConcept` stays. */
 const typeOfSuffix = (suffix: string): string => {
   const primitive = suffix.charAt(0).toLowerCase() + suffix.slice(1);
-  return primitive in PRIMITIVES ? primitive : suffix;
+  return Object.hasOwn(PRIMITIVES, primitive) ? primitive : suffix;
 };
 
 /** FHIR primitive types and the JavaScript type their JSON values have. */
@@ -276,7 +276,7 @@ const typedFromFhirPath = (value: unknown, type: string): Typed | undefined => {
   if (typeof value === 'boolean') return { kind: 'Boolean', value };
   if (typeof value === 'number') return { kind: Number.isInteger(value) ? 'Integer' : 'Decimal', value };
   if (typeof value === 'string') {
-    if (type in PRIMITIVES && PRIMITIVES[type] === 'string')
+    if (Object.hasOwn(PRIMITIVES, type) && PRIMITIVES[type] === 'string')
       return { kind: type.charAt(0).toUpperCase() + type.slice(1), value };
     return { kind: 'String', value };
   }
@@ -634,7 +634,7 @@ export const extract = async (
     const start = startOf(target.context, target.elementPath, scope);
     const rest = steps.slice(start.skip);
     const last = rest.at(-1);
-    if (!last || last.choices || last.type in PRIMITIVES) return scope;
+    if (!last || last.choices || Object.hasOwn(PRIMITIVES, last.type)) return scope;
     const parent = parentOf(start.element, rest.slice(0, -1));
     let anchored: Json;
     if (last.repeating) {
@@ -865,14 +865,14 @@ const descendantDefinitions = (element: { item?: unknown }): string[] =>
   ]);
 
 /** Drops empty objects and arrays (element instances opened by groups that got no answers). */
-const prune = (value: Json): Json => {
-  const out: Json = {};
-  for (const [key, v] of Object.entries(value)) {
-    const pruned = pruneValue(v);
-    if (pruned !== undefined) out[key] = pruned;
-  }
-  return out;
-};
+const prune = (value: Json): Json =>
+  // fromEntries: a key such as `__proto__` stays an own element, never the object's prototype.
+  Object.fromEntries(
+    Object.entries(value).flatMap(([key, v]) => {
+      const pruned = pruneValue(v);
+      return pruned === undefined ? [] : [[key, pruned] as const];
+    }),
+  ) as Json;
 const pruneValue = (value: unknown): unknown => {
   if (Array.isArray(value)) {
     const items = value.map(pruneValue).filter((v) => v !== undefined);

@@ -160,7 +160,10 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   const contexts = new Map<string, Json>();
   for (const { name, content } of input.context) if (!contexts.has(name)) contexts.set(name, content);
   const contextNamed = (name: string): Json | undefined =>
-    contexts.get(name) ?? [...contexts.entries()].find(([given]) => LAUNCH_ALIASES[given] === name)?.[1];
+    contexts.get(name) ??
+    [...contexts.entries()].find(
+      ([given]) => Object.hasOwn(LAUNCH_ALIASES, given) && LAUNCH_ALIASES[given] === name,
+    )?.[1];
 
   const referenceTo = (resource: Json | undefined): { reference: string } | undefined =>
     resource && typeof resource.resourceType === 'string' && typeof resource.id === 'string'

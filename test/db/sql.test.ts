@@ -4,8 +4,8 @@
  * connection); a connection the server ends is replaced, and its loss crashes nothing.
  */
 import { expect } from 'chai';
-import { PostgresSql } from '../../src/db/sql.js';
-import { POSTGRES_TEST_URL } from '../support/databases.js';
+import { isDatabaseUnavailable, PgliteSql, PostgresSql, timestampText } from '../../src/db/sql.js';
+import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
 
 describe('PostgreSQL pool connections', function () {
   this.timeout(30_000);
@@ -114,4 +114,73 @@ describe('PostgreSQL pool connections', function () {
       { open: true },
     ]);
   });
+});
+
+describe('isDatabaseUnavailable: what the db layer calls a lost database (issue 33)', function () {
+  this.timeout(30_000);
+
+  it('names a terminated connection, a closed pool, a server out of reach and a closed PGlite; not a refused statement', async () => {
+    const sql = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+    try {
+      const terminated = await sql
+        .query('SELECT pg_terminate_backend(pg_backend_pid())')
+        .catch((e: unknown) => e);
+      expect(isDatabaseUnavailable(terminated), String(terminated)).to.equal(true);
+      const refused = await sql.query('SELECT 1 / $1::int AS x', [0]).catch((e: unknown) => e);
+      expect(refused).to.have.property('code', '22012');
+      expect(isDatabaseUnavailable(refused)).to.equal(false);
+      const syntax = await sql.query('SELEC 1').catch((e: unknown) => e);
+      expect(isDatabaseUnavailable(syntax)).to.equal(false);
+    } finally {
+      await sql.close();
+    }
+    const ended = await sql.query('SELECT 1').catch((e: unknown) => e);
+    expect(isDatabaseUnavailable(ended), String(ended)).to.equal(true);
+
+    // Nothing listens on port 1: the pool cannot connect.
+    const nowhere = new PostgresSql('postgres://postgres@127.0.0.1:1/test', { max: 1 });
+    try {
+      const unreachable = await nowhere.query('SELECT 1').catch((e: unknown) => e);
+      expect(isDatabaseUnavailable(unreachable), String(unreachable)).to.equal(true);
+      // Wrapped by the code above the db layer, it is still a lost database.
+      expect(isDatabaseUnavailable(new Error('append failed', { cause: unreachable }))).to.equal(true);
+      expect(isDatabaseUnavailable(new AggregateError([new Error('x'), unreachable]))).to.equal(true);
+    } finally {
+      await nowhere.close();
+    }
+
+    const pglite = await PgliteSql.open();
+    await pglite.close();
+    const closed = await pglite.query('SELECT 1').catch((e: unknown) => e);
+    expect(isDatabaseUnavailable(closed), String(closed)).to.equal(true);
+
+    for (const other of [new TypeError('a bug'), new Error('no such row'), undefined, 'text', { code: 42 }])
+      expect(isDatabaseUnavailable(other), String(other)).to.equal(false);
+  });
+});
+
+describe('timestampText: instants as PostgreSQL reads them (issue 33)', () => {
+  for (const database of testDatabases)
+    it(`gives every bound a FHIR date search can have as a timestamptz ${database.name} reads back (${database.name})`, async () => {
+      const opened = await database.open();
+      try {
+        for (const [instant, expected] of [
+          ['2026-03-01T10:00:00.000Z', '2026-03-01 10:00:00'],
+          ['0001-01-01T00:00:00.000Z', '0001-01-01 00:00:00'],
+          // 0001-01-01T00:00+14:00: the day before year 1 is 1 BC (toISOString writes year 0000).
+          ['0001-01-01T00:00:00.000+14:00', '0001-12-31 10:00:00 BC'],
+          // The end of 9999-12-31 (toISOString writes +010000).
+          ['9999-12-31T24:00:00.000Z', '10000-01-01 00:00:00'],
+        ] as const) {
+          const text = timestampText(new Date(instant));
+          const [row] = await opened.sql.query<{ t: string }>(
+            `SELECT to_char($1::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS BC') AS t`,
+            [text],
+          );
+          expect(row?.t.replace(/ AD$/, ''), instant).to.equal(expected);
+        }
+      } finally {
+        await opened.dispose();
+      }
+    });
 });

@@ -35,6 +35,9 @@ describe('searchDateRange', () => {
       '2026-01-01T23:59:60Z',
       '2026-01-01T10:00:00+99:99',
       '2026-01-01T10:00',
+      '0000',
+      '0000-01-01',
+      '0000-12-31T23:00:00Z',
       '26',
       '',
       'gt2026',
@@ -44,15 +47,20 @@ describe('searchDateRange', () => {
 });
 
 describe('isCalendarDate', () => {
-  it('knows month lengths and leap years, years 0–99 included', () => {
+  it("knows month lengths and leap years, years 1–99 included, and FHIR's years only (0001–9999)", () => {
     for (const [y, m, d, expected] of [
       [2026, 2, 28, true],
       [2026, 2, 29, false],
       [2028, 2, 29, true],
       [1900, 2, 29, false],
       [2000, 2, 29, true],
-      [0, 2, 29, true],
+      [0, 2, 29, false],
+      [0, 1, 1, false],
+      [-1, 1, 1, false],
+      [1, 1, 1, true],
       [4, 2, 29, true],
+      [9999, 12, 31, true],
+      [10000, 1, 1, false],
       [2026, 4, 31, false],
       [2026, 12, 31, true],
       [2026, 13, 1, false],

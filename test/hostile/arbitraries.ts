@@ -2,7 +2,10 @@
  * Generators of hostile requests for the hostile-input suite (issue 10): wrong types, control
  * characters, lone surrogates, huge strings, 5 MB bodies, nesting 10,000 deep, bad encodings,
  * duplicate query parameters, injection strings, and non-integer, negative or huge ids, mixed
- * into otherwise plausible requests so that they get past the first checks.
+ * into otherwise plausible requests so that they get past the first checks. Issue 33 added
+ * tampered paging cursors, JavaScript property names (as parameter names, linkIds and keys), and
+ * numbers and dates out of FHIR's and PostgreSQL's ranges (raw JSON text, since JSON.stringify
+ * cannot write 1e400).
  */
 import { deflateSync, gzipSync } from 'node:zlib';
 import fc from 'fast-check';
@@ -129,14 +132,132 @@ export const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
 export const maybe = <T>(plausible: fc.Arbitrary<T>): fc.Arbitrary<unknown> =>
   fc.oneof({ weight: 9, arbitrary: plausible }, { weight: 1, arbitrary: hostileValue });
 
+/**
+ * Names every JavaScript object has (or sets a prototype through): as a search parameter, a linkId
+ * or a key they must be names like any other (issue 33: `constructor` was an ignored parameter,
+ * an enableWhen on `valueOf` answered 500).
+ */
+export const PROPERTY_NAMES = [
+  'constructor',
+  '__proto__',
+  'toString',
+  'hasOwnProperty',
+  'valueOf',
+  'isPrototypeOf',
+  'propertyIsEnumerable',
+  'toLocaleString',
+  '__defineGetter__',
+  '__lookupGetter__',
+  'prototype',
+] as const;
+export const propertyName: fc.Arbitrary<string> = fc.constantFrom(...PROPERTY_NAMES);
+
 /** Object keys a hostile client adds: control characters, surrogates, prototype names. */
 export const extraKeys: fc.Arbitrary<Record<string, unknown>> = fc.dictionary(
   fc.oneof(
     hostileString.filter((s) => s.length < 100),
-    fc.constantFrom('__proto__', 'constructor', 'extension'),
+    fc.constantFrom('extension', ...PROPERTY_NAMES),
   ),
   hostileValue,
   { maxKeys: 2 },
+);
+
+// ---- numbers, dates and cursors out of range (issue 33) ------------------------------------
+
+/**
+ * JSON number literals, as text: what a double cannot carry (1e400, 2^53 + 1, 1e-400), FHIR
+ * integers' edges, and ordinary ones. JSON.stringify cannot write most of them.
+ */
+export const numberLiteral: fc.Arbitrary<string> = fc.oneof(
+  fc.constantFrom(
+    '1e400',
+    '-1E+400',
+    '1e-400',
+    '9007199254740993',
+    '-9007199254740993',
+    '123456789012345678901234567890',
+    '9223372036854775808',
+    '2147483647',
+    '2147483648',
+    '-2147483649',
+    '0',
+    '-0',
+    '0.1',
+    '1.5',
+    '1e308',
+    '4.9e-324',
+    '1.000000000000000000E-245',
+  ),
+  fc.double().filter(Number.isFinite).map(String),
+  fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
+);
+
+/** Date and date-time texts off FHIR's or PostgreSQL's calendar, and at their edges. */
+export const oddDate: fc.Arbitrary<string> = fc.oneof(
+  fc.constantFrom(
+    '0000',
+    '0000-01-01',
+    '0000-12-31T23:00:00Z',
+    '2026-02-30',
+    '2026-02-29',
+    '2028-02-29',
+    '0001-01-01',
+    '0001-01-01T00:00:00+14:00',
+    '9999-12-31',
+    '9999-12-31T23:59:59-14:00',
+    '10000-01-01',
+    '+010000-01-01',
+    '-000001-01-01',
+    '2026-01-01T23:59:60Z',
+    '2026-01-01T24:00:00Z',
+    '2026-06-15T10:00:00.1234567891Z',
+  ),
+  fc
+    .tuple(
+      fc.integer({ min: 0, max: 10_000 }),
+      fc.integer({ min: 0, max: 13 }),
+      fc.integer({ min: 0, max: 32 }),
+    )
+    .map(
+      ([y, m, d]) =>
+        `${String(y).padStart(4, '0')}-${String(m).padStart(2, '0')}-${String(d).padStart(2, '0')}`,
+    ),
+);
+
+const base64url = (text: string) => Buffer.from(text).toString('base64url');
+
+/**
+ * Paging cursors as a tampering client makes them: a search cursor (base64url JSON
+ * `[direction, key, id, sort]`) with an odd date, id or text as its key; an AuditEvent cursor
+ * (`a<seq>`) past PostgreSQL's bigint; history and `$everything` cursors with huge numbers.
+ */
+export const tamperedCursor: fc.Arbitrary<string> = fc.oneof(
+  fc
+    .tuple(
+      fc.constantFrom('n', 'p'),
+      fc.oneof(
+        oddDate.map((d) => (d.includes('T') ? d : `${d}T00:00:00.000000Z`)),
+        fc.constantFrom(
+          '2026-02-30T10:00:00.000000Z',
+          '0000-01-01T00:00:00.000000Z',
+          'draft\u0000',
+          '\uD800',
+        ),
+        fc.bigInt({ min: -(2n ** 64n), max: 2n ** 64n }).map(String),
+        hostileString.filter((s) => s.length < 300),
+      ),
+      fc.oneof(fc.integer(), fc.constantFrom(2_147_483_648, -1, 0, 1e300)),
+      fc.constantFrom('', '_id', '_lastUpdated', '-_lastUpdated', 'status', '-status', 'url'),
+    )
+    .map(([direction, key, id, sort]) => base64url(JSON.stringify([direction, key, id, sort]))),
+  fc
+    .oneof(
+      fc.constantFrom('9223372036854775807', '9223372036854775808', '99999999999999999999', '-1', '0'),
+      fc.bigInt({ min: 0n, max: 2n ** 66n }).map(String),
+    )
+    .map((seq) => base64url(`a${seq}`)),
+  fc.constantFrom('2147483648', 'p2147483648', '99999999999', 'p-1', '0', 'p0').map((c) => c),
+  fc.constantFrom('1-2147483648', '99-1', '0-99999999999').map(base64url),
 );
 
 // ---- bodies -------------------------------------------------------------------------------
@@ -223,6 +344,8 @@ export interface RequestShape {
   /** A plausible-but-hostile JSON body (serialised here), or a form (a list of pairs). */
   readonly body?:
     | { readonly json: fc.Arbitrary<unknown>; readonly resourceType: string; readonly contentType?: string }
+    /** JSON text as written, for what JSON.stringify cannot write (1e400). */
+    | { readonly raw: fc.Arbitrary<string>; readonly resourceType: string }
     | { readonly form: fc.Arbitrary<[string, string][]> };
   /** Header sets to choose from (credentials, cookies, Origin…). */
   readonly headers: fc.Arbitrary<Record<string, string>>;
@@ -243,43 +366,50 @@ export const formText = (pairs: [string, string][]): string =>
 export const hostileRequests = (shape: RequestShape): fc.Arbitrary<HostileRequest> => {
   const body: fc.Arbitrary<{ body?: string | Uint8Array; note: string; type?: string }> = !shape.body
     ? fc.constant({ note: 'no body' })
-    : 'json' in shape.body
+    : 'raw' in shape.body
       ? fc.oneof(
-          {
-            weight: 6,
-            arbitrary: shape.body.json.map((value) => ({
-              body: JSON.stringify(value),
-              note: 'hostile JSON',
-            })),
-          },
+          { weight: 6, arbitrary: shape.body.raw.map((text) => ({ body: text, note: 'raw JSON' })) },
           { weight: 1, arbitrary: brokenJsonBody(shape.body.resourceType) },
         )
-      : fc.oneof(
-          {
-            weight: 6,
-            arbitrary: shape.body.form.map((pairs) => ({ body: formText(pairs), note: 'hostile form' })),
-          },
-          {
-            weight: 1,
-            arbitrary: fc.constant({ body: `a=${'x'.repeat(200_000)}`, note: 'form over the limit' }),
-          },
-          {
-            weight: 1,
-            arbitrary: fc.constant({
-              body: Array.from({ length: 1_500 }, (_, i) => `f${i}=1`).join('&'),
-              note: '1,500 form fields',
-            }),
-          },
-          {
-            weight: 1,
-            arbitrary: fc.constant({ body: 'a=%ED%A0%80&b=%FF%FE', note: 'form with invalid UTF-8' }),
-          },
-        );
+      : 'json' in shape.body
+        ? fc.oneof(
+            {
+              weight: 6,
+              arbitrary: shape.body.json.map((value) => ({
+                body: JSON.stringify(value),
+                note: 'hostile JSON',
+              })),
+            },
+            { weight: 1, arbitrary: brokenJsonBody(shape.body.resourceType) },
+          )
+        : fc.oneof(
+            {
+              weight: 6,
+              arbitrary: shape.body.form.map((pairs) => ({ body: formText(pairs), note: 'hostile form' })),
+            },
+            {
+              weight: 1,
+              arbitrary: fc.constant({ body: `a=${'x'.repeat(200_000)}`, note: 'form over the limit' }),
+            },
+            {
+              weight: 1,
+              arbitrary: fc.constant({
+                body: Array.from({ length: 1_500 }, (_, i) => `f${i}=1`).join('&'),
+                note: '1,500 form fields',
+              }),
+            },
+            {
+              weight: 1,
+              arbitrary: fc.constant({ body: 'a=%ED%A0%80&b=%FF%FE', note: 'form with invalid UTF-8' }),
+            },
+          );
   const rightType = !shape.body
     ? undefined
     : 'json' in shape.body
       ? (shape.body.contentType ?? 'application/fhir+json')
-      : 'application/x-www-form-urlencoded';
+      : 'raw' in shape.body
+        ? 'application/fhir+json'
+        : 'application/x-www-form-urlencoded';
   return fc
     .record({
       method: shape.method,

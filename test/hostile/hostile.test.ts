@@ -32,10 +32,15 @@ import {
   hostileValue,
   INJECTIONS,
   maybe,
+  numberLiteral,
+  oddDate,
   oddString,
+  PROPERTY_NAMES,
+  propertyName,
   queryPairs,
   queryString,
   type RequestShape,
+  tamperedCursor,
 } from './arbitraries.js';
 
 const RUNS = Number(process.env.HOSTILE_RUNS ?? 300);
@@ -51,6 +56,7 @@ const LAUNCHER_ENV = {
 
 const SDC = 'http://hl7.org/fhir/uv/sdc/StructureDefinition/';
 const QUESTIONNAIRE_URL = 'https://forms.example/hostile';
+const PROPERTY_QUESTIONNAIRE_URL = 'https://forms.example/hostile-property-names';
 
 /** 30⁵ evaluations: far more than the evaluation budget allows. */
 const LIST = `(${Array.from({ length: 30 }, (_, i) => i).join('|')})`;
@@ -101,7 +107,9 @@ const patient = (resourceType: unknown = 'Patient') =>
           ),
         ),
         gender: maybe(fc.constantFrom('male', 'female', 'other', 'unknown')),
-        birthDate: maybe(fc.constantFrom('1970-01-01', '2026-02-30', '1815-12-10', '99999-01-01')),
+        birthDate: maybe(
+          fc.oneof(fc.constantFrom('1970-01-01', '2026-02-30', '1815-12-10', '99999-01-01'), oddDate),
+        ),
         meta: maybe(fc.record({ versionId: fc.constantFrom('1', 'x') })),
         extension: maybe(
           fc.array(fc.record({ url: maybe(oddString), valueString: maybe(oddString) }), { maxLength: 2 }),
@@ -304,6 +312,8 @@ interface World {
   readonly questionnaireId: string;
   readonly draftTaskId: string;
   readonly reportTaskId: string;
+  /** An in-progress report on a Questionnaire whose linkIds are JavaScript property names. */
+  readonly propertyTaskId: string;
   readonly cookie: string;
   readonly handoverToken: string;
   readonly appOrigin: string;
@@ -467,13 +477,17 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
       const date = fc
         .tuple(
           fc.constantFrom('', 'ge', 'lt', 'eq', 'xx'),
-          fc.constantFrom(
-            '2026',
-            '2026-13',
-            '2026-02-31',
-            '2026-13-45',
-            '2026-01-01T25:00:00Z',
-            '2026-03-01T10:00:00Z',
+          fc.oneof(
+            fc.constantFrom(
+              '2026',
+              '2026-13',
+              '2026-02-31',
+              '2026-13-45',
+              '2026-01-01T25:00:00Z',
+              '2026-03-01T10:00:00Z',
+            ),
+            // Years 0000 and 10000, a zone that moves 0001-01-01 into 1 BC (issue 33).
+            oddDate,
           ),
         )
         .map(([prefix, value]) => prefix + value);
@@ -815,7 +829,17 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
           queryPairs(
             ['patient', 'encounter', 'user', 'supervisor', 'dob', 'sex', 'patient'],
             fc.oneof(
-              fc.constantFrom('P-1', 'E-1', 'dr-who', '1970-01-02', 'F', 'male', '2026-02-30', 'X'),
+              fc.constantFrom(
+                'P-1',
+                'E-1',
+                'dr-who',
+                '1970-01-02',
+                'F',
+                'male',
+                '2026-02-30',
+                '0000-01-01',
+                'X',
+              ),
               oddString,
             ),
           ),
@@ -873,6 +897,166 @@ const FAMILIES: readonly { name: string; shape: (w: World) => RequestShape }[] =
         { weight: 1, arbitrary: fc.constant({ Cookie: 'auth_session=%01', Origin: w.appOrigin }) },
       ),
     }),
+  },
+  {
+    // Issue 33: a _lastUpdated cursor holding 30 February or year 0000, an AuditEvent cursor past
+    // bigint, answered 500 (JavaScript read what PostgreSQL refused).
+    name: 'cursor tampering (GET …?_cursor=)',
+    shape: (w) => ({
+      method: fc.constant('GET'),
+      path: fc
+        .tuple(
+          fc.constantFrom(
+            'Patient?_sort=_lastUpdated',
+            'Patient?_sort=-_lastUpdated',
+            'Patient?',
+            'Task?_sort=status',
+            'Questionnaire?_sort=-url',
+            'QuestionnaireResponse?_sort=_lastUpdated&_count=1',
+            'AuditEvent?',
+            'AuditEvent?date=ge2026',
+            'Patient/_history?',
+            `Patient/${w.patientIds[0]}/_history?`,
+            `Patient/${w.patientIds[0]}/$everything?`,
+          ),
+          tamperedCursor,
+        )
+        .map(
+          ([target, cursor]) =>
+            `${w.fhirPath}/${target}${target.endsWith('?') ? '' : '&'}_cursor=${encodeURIComponent(cursor)}`,
+        ),
+      headers: clientHeaders,
+    }),
+  },
+  {
+    // Issue 33: `constructor`, `__proto__`, `toString` as search parameters were ignored (every
+    // Patient returned) where any other unknown parameter is a 400.
+    name: 'JavaScript property names as parameters (GET searches, history, operations)',
+    shape: (w) => ({
+      method: fc.constant('GET'),
+      path: fc
+        .tuple(
+          fc.constantFrom(
+            'Patient',
+            'Task',
+            'QuestionnaireResponse',
+            'Questionnaire',
+            'AuditEvent',
+            'Patient/_history',
+            `Patient/${w.patientIds[0]}/_history`,
+            `Patient/${w.patientIds[0]}/$everything`,
+            'ValueSet/$expand',
+          ),
+          fc.array(
+            fc.tuple(
+              fc.oneof(
+                { weight: 3, arbitrary: propertyName },
+                { weight: 1, arbitrary: fc.constantFrom('_sort', '_include', 'url') },
+              ),
+              fc.oneof(propertyName, fc.constantFrom('1', 'x', 'urn:x|a', `${QUESTIONNAIRE_URL}#vs`)),
+            ),
+            { minLength: 1, maxLength: 3 },
+          ),
+        )
+        .map(([target, pairs]) => `${w.fhirPath}/${target}${queryString(pairs)}`),
+      headers: clientHeaders,
+    }),
+  },
+  {
+    // Issue 33: an enableWhen whose question is `valueOf` answered 500 on GET and POST of the editor.
+    name: 'JavaScript property names as linkIds (GET/POST the report editor)',
+    shape: (w) => ({
+      method: fc.constantFrom('GET', 'POST', 'POST', 'POST'),
+      path: fc
+        .constantFrom('report', 'report?readonly=yes', 'forms')
+        .map((page) => `${w.appPath}/tasks/${w.propertyTaskId}/${page}`),
+      body: {
+        form: fc
+          .tuple(
+            queryPairs(
+              [
+                'action',
+                'cb:tz',
+                ...PROPERTY_NAMES.map((n) => `q:${n}`),
+                ...PROPERTY_NAMES.map((n) => `n:${n}`),
+              ],
+              fc.oneof(
+                fc.constantFrom(
+                  'save',
+                  'save',
+                  'true',
+                  'false',
+                  'x',
+                  '+01:00',
+                  '2147483648',
+                  '12',
+                  '2026-03-01',
+                ),
+                numberLiteral,
+                oddDate,
+                propertyName,
+              ),
+            ),
+            fc.constantFrom('save', 'save', 'submit', 'cancel'),
+          )
+          .map(([pairs, action]): [string, string][] =>
+            pairs.some(([k]) => k === 'action') ? pairs : [...pairs, ['action', action]],
+          ),
+      },
+      headers: fc.oneof(
+        { weight: 8, arbitrary: fc.constant({ Cookie: w.cookie, Origin: w.appOrigin }) },
+        { weight: 1, arbitrary: fc.constant({ Cookie: w.cookie, 'Sec-Fetch-Site': 'cross-site' }) },
+      ),
+    }),
+  },
+  {
+    // Issue 33: valueDecimal 1e400 was stored as null, integers past 2^53 rounded, year 0000
+    // taken for a date. Raw JSON text: JSON.stringify cannot write these numbers.
+    name: 'out-of-range numbers and dates (POST QuestionnaireResponse as raw JSON)',
+    shape: (w) => {
+      const typedAnswer = fc.oneof(
+        fc
+          .tuple(
+            fc.constantFrom(
+              'valueDecimal',
+              'valueInteger',
+              'valuePositiveInt',
+              'valueUnsignedInt',
+              'valueInteger64',
+            ),
+            numberLiteral,
+          )
+          .map(([key, n]) => `{"${key}":${n}}`),
+        fc
+          .tuple(
+            fc.constantFrom('valueDate', 'valueDateTime', 'valueInstant', 'valueTime', 'valueInteger64'),
+            fc.oneof(oddDate, numberLiteral),
+          )
+          .map(([key, v]) => `{"${key}":${JSON.stringify(v)}}`),
+        numberLiteral.map((n) => `{"valueQuantity":{"value":${n},"unit":"mg"}}`),
+        numberLiteral.map((n) => `{"valueString":"x","extension":[{"url":"urn:x","valueDecimal":${n}}]}`),
+      );
+      return {
+        method: fc.constant('POST'),
+        path: fc.constant(`${w.fhirPath}/QuestionnaireResponse`),
+        body: {
+          resourceType: 'QuestionnaireResponse',
+          raw: fc
+            .tuple(
+              fc.array(typedAnswer, { minLength: 1, maxLength: 3 }),
+              fc.constantFrom('in-progress', 'completed'),
+              fc.oneof(oddDate, fc.constant('2026-03-01T10:00:00Z')),
+            )
+            .map(
+              ([answers, status, authored]) =>
+                `{"resourceType":"QuestionnaireResponse","questionnaire":"${QUESTIONNAIRE_URL}|1","status":"${status}",` +
+                `"subject":{"reference":"Patient/${w.patientIds[0]}"},"authored":${JSON.stringify(authored)},` +
+                `"item":[{"linkId":"findings","answer":[${answers.join(',')}]}]}`,
+            ),
+        },
+        headers: clientHeaders,
+      };
+    },
   },
 ];
 
@@ -986,6 +1170,55 @@ for (const database of testDatabases) {
         status: 'in-progress',
         focus: { reference: `QuestionnaireResponse/${qr.body.id}` },
       });
+      // A form whose linkIds and enableWhen questions are JavaScript property names (issue 33).
+      const propertyItems = PROPERTY_NAMES.map((linkId, i) => ({
+        linkId,
+        text: `Item ${linkId}`,
+        type: ['boolean', 'string', 'integer', 'decimal', 'date', 'dateTime'][i % 6],
+        ...(i > 0
+          ? {
+              enableWhen: [
+                { question: PROPERTY_NAMES[i - 1], operator: 'exists', answerBoolean: i % 2 === 0 },
+              ],
+            }
+          : {}),
+      }));
+      const propertyForm = await fhir(app, 'POST', '/Questionnaire', {
+        body: {
+          resourceType: 'Questionnaire',
+          url: PROPERTY_QUESTIONNAIRE_URL,
+          version: '1',
+          status: 'active',
+          item: [
+            ...propertyItems,
+            { linkId: 'group', type: 'group', repeats: true, item: [{ linkId: 'toString', type: 'string' }] },
+            {
+              // Questions no item has, that every object has: the 500 of issue 33.
+              linkId: 'orphan',
+              type: 'string',
+              enableBehavior: 'any',
+              enableWhen: [
+                { question: '__lookupSetter__', operator: '=', answerString: 'x' },
+                { question: 'then', operator: 'exists', answerBoolean: true },
+              ],
+            },
+          ],
+        },
+      });
+      expect(propertyForm.status, JSON.stringify(propertyForm.body)).to.equal(201);
+      const propertyResponse = await fhir(app, 'POST', '/QuestionnaireResponse', {
+        body: {
+          resourceType: 'QuestionnaireResponse',
+          questionnaire: `${PROPERTY_QUESTIONNAIRE_URL}|1`,
+          status: 'in-progress',
+          subject: { reference: `Patient/${patientIds[0]}` },
+        },
+      });
+      expect(propertyResponse.status).to.equal(201);
+      const propertyTask = await newTask(app, patientIds[0]!, {
+        status: 'in-progress',
+        focus: { reference: `QuestionnaireResponse/${propertyResponse.body.id}` },
+      });
       const { cookie } = await sessionCookie(app, sessionBody({ patient: Number(patientIds[0]) }));
       const pending = await fetch(`${app.authUrl}/sessions`, {
         method: 'POST',
@@ -1003,6 +1236,7 @@ for (const database of testDatabases) {
         questionnaireId: created.body.id,
         draftTaskId: draft.id,
         reportTaskId: report.id,
+        propertyTaskId: propertyTask.id,
         cookie: cookie.cookie,
         handoverToken,
         appOrigin: new URL(app.casebook.config.appUrl).origin,

@@ -112,7 +112,12 @@ describe('report submission killed halfway (real process, PostgreSQL)', function
       fetch(`${base()}/app${path}`, {
         method: 'POST',
         redirect: 'manual',
-        headers: { Cookie: cookie, 'Content-Type': 'application/x-www-form-urlencoded' },
+        headers: {
+          Cookie: cookie,
+          'Content-Type': 'application/x-www-form-urlencoded',
+          // The app's own origin (its public URL is on localhost, on the port of the running server).
+          Origin: base().replace('127.0.0.1', 'localhost'),
+        },
         body: new URLSearchParams(form).toString(),
       });
     // Form selection: the demo Questionnaire starts the report (the Task goes in-progress).

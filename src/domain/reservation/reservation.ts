@@ -3,7 +3,9 @@
  * a Patient identifier in a tenant) is claimed by appending to a stream named after the value
  * with the expected state `no_stream` (or the released revision), never by checking a read model.
  */
+
 import { createHash } from 'node:crypto';
+import { comparableText } from '../clinical/identifier.js';
 import { type Decider, DomainError, type Event } from '../decider.js';
 
 export type ReservationEvent =
@@ -106,10 +108,14 @@ export const reservationStream = (key: string): string =>
 /** Reservation key of a tenant name (case-insensitive, trimmed). */
 export const tenantNameKey = (name: string): string => `tenant-name:${name.trim().toLowerCase()}`;
 
-/** Reservation key of a resource identifier within a tenant: `<type>-identifier:<tenant>:<system>|<value>`. */
+/**
+ * Reservation key of a resource identifier within a tenant: `<type>-identifier:<tenant>:<system>|<value>`,
+ * system and value in NFC, so identifiers differing only in Unicode normalisation share one
+ * reservation (docs/interface.md §2.5).
+ */
 export const identifierKey = (
   resourceType: string,
   tenantId: number,
   system: string,
   value: string,
-): string => `${resourceType}-identifier:${tenantId}:${system}|${value}`;
+): string => `${resourceType}-identifier:${tenantId}:${comparableText(system)}|${comparableText(value)}`;

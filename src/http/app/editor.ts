@@ -37,7 +37,6 @@ import {
   valuesOf,
   withStoredChoices,
 } from './form-data.js';
-import { checkOrigin } from './forms.js';
 import { escapeHtml, layout } from './layout.js';
 import { itemAnchor, renderItems, scriptJson } from './render.js';
 
@@ -303,7 +302,6 @@ const messagePage = (ctx: Context, page: PageContext, title: string, text: strin
 
 /** POST {app_url}/tasks/:id/report with `action=save|submit|cancel`. */
 export const postReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
-  checkOrigin(ctx, casebook);
   const page = await pageContext(ctx, casebook);
   const body = (ctx.request.body ?? {}) as FormBody;
   const action = valuesOf(body, 'action')[0];

@@ -42,6 +42,8 @@ export const HINTS: Record<string, string> = {
   LauncherNotConfigured: 'Please tell IT support: the launcher needs its configuration.',
   EncounterOfAnotherPatient:
     "Please tell IT support: the clinical system's patient and encounter numbers disagree with casebook's record.",
+  DatabaseUnavailable: 'Wait a moment, then reload this page or send the form again.',
+  AuditTrailUnavailable: 'Wait a moment, then reload this page or send the form again.',
 };
 
 export const FALLBACK_TITLE = 'Something went wrong';

@@ -10,6 +10,8 @@
  * instance (text inputs and selects always submit), so instance k takes the k-th value;
  * `n:<groupLinkId>` is submitted once per instance to count them.
  */
+import { isFhirDate, isFhirDateTime } from '../../fhir/dates.js';
+import { isFhirInteger } from '../../fhir/primitives.js';
 import { answerText } from '../../sdc/engine/display.js';
 import {
   EXT_CALCULATED_EXPRESSION,
@@ -25,6 +27,7 @@ import type {
   QuestionnaireResponseAnswer,
   QuestionnaireResponseItem,
 } from '../../sdc/types.js';
+import { lossOf } from '../edge/json-numbers.js';
 
 /** A submitted form (koa-body urlencoded: repeated names become arrays). */
 export type FormBody = Readonly<Record<string, string | string[] | undefined>>;
@@ -254,15 +257,14 @@ export const answerOf = (
     case 'integer': {
       if (!/^[+-]?\d+$/.test(text)) return 'Enter a whole number.';
       const n = Number(text);
-      return Number.isSafeInteger(n) && Math.abs(n) <= 2_147_483_647
-        ? { valueInteger: n }
-        : 'The number is too large.';
+      return isFhirInteger(n) ? { valueInteger: n } : 'The number is too large.';
     }
     case 'decimal':
     case 'quantity': {
       if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text)) return 'Enter a number.';
+      // Beyond a double (1e400) or lost to 0 (1e-400): refused, never stored as null or 0.
+      if (lossOf(text) !== undefined) return 'The number is out of range.';
       const value = Number(text);
-      if (!Number.isFinite(value)) return 'The number is too large.';
       if (item.type === 'decimal') return { valueDecimal: value };
       const units = quantityUnits(item);
       const chosen = units.length === 1 ? units[0] : units.find((u) => unitValue(u) === unit);
@@ -277,13 +279,13 @@ export const answerOf = (
       };
     }
     case 'date':
-      return /^\d{4}(-\d{2}(-\d{2})?)?$/.test(text) ? { valueDate: text } : 'Enter a date (YYYY-MM-DD).';
+      return isFhirDate(text) ? { valueDate: text } : 'Enter a date (YYYY-MM-DD).';
     case 'dateTime': {
       const m = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2}(\.\d+)?)?$/.exec(text);
-      if (m) return { valueDateTime: `${m[1]}T${m[2]}${m[3] ?? ':00'}${OFFSET.test(tz) ? tz : 'Z'}` };
-      if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(text))
-        return { valueDateTime: text };
-      return 'Enter a date and time.';
+      const value = m ? `${m[1]}T${m[2]}${m[3] ?? ':00'}${OFFSET.test(tz) ? tz : 'Z'}` : text;
+      return isFhirDateTime(value) && value.includes('T')
+        ? { valueDateTime: value }
+        : 'Enter a date and time.';
     }
     case 'time': {
       const m = /^(\d{2}:\d{2})(:\d{2})?$/.exec(text);

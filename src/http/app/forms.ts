@@ -29,17 +29,6 @@ export const usableQuestionnaires = async (page: PageContext): Promise<ResourceR
     (row) => row.resource.status !== 'retired',
   );
 
-/** Refuses a cross-site form post (the Strict cookie already keeps other sites out). */
-export const checkOrigin = (ctx: Context, casebook: Casebook): void => {
-  const origin = ctx.get('Origin');
-  if (origin && origin !== new URL(casebook.config.appUrl).origin)
-    throw new DomainError(
-      'forbidden',
-      'CrossSiteRequest',
-      'this form may only be sent from the application itself',
-    );
-};
-
 const titleOf = (q: Record<string, unknown>): string =>
   String(q.title ?? q.name ?? q.url ?? `Questionnaire ${String(q.id ?? '')}`);
 
@@ -87,7 +76,6 @@ export const formSelection = async (ctx: Context, casebook: Casebook): Promise<v
 
 /** POST {app_url}/tasks/:id/forms with `questionnaire=<id>`. */
 export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void> => {
-  checkOrigin(ctx, casebook);
   const page = await pageContext(ctx, casebook);
   const opened = await loadTask(page, ctx.params.id);
   const { task } = opened;

@@ -4,6 +4,7 @@
  */
 import Router from '@koa/router';
 import type { Casebook } from '../../casebook.js';
+import { sameOriginOnly } from '../edge/same-origin.js';
 import { ASSETS_PATH, serveAsset } from './assets-route.js';
 import { postReport, showReport } from './editor.js';
 import { chooseForm, formSelection } from './forms.js';
@@ -20,6 +21,8 @@ export const appRouter = (casebook: Casebook): Router => {
     await next();
   });
   router.get(`${ASSETS_PATH}/:name`, serveAsset);
+  // Every form post (and any other state-changing request) comes from the app's own pages.
+  router.use(sameOriginOnly(new URL(casebook.config.appUrl).origin));
   router.get('/external/v1', (ctx) => launch(ctx, casebook));
   router.get('/tasks/:id/forms', (ctx) => formSelection(ctx, casebook));
   router.post('/tasks/:id/forms', (ctx) => chooseForm(ctx, casebook));

@@ -12,7 +12,9 @@
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import type { Context, Middleware } from 'koa';
-import { HttpError } from '../errors.js';
+import { DomainError } from '../../domain/decider.js';
+import { formatPath, HttpError } from '../errors.js';
+import { findLossyNumber } from './json-numbers.js';
 
 declare module 'koa' {
   interface Request {
@@ -175,8 +177,11 @@ export const jsonNestsDeeperThan = (text: string, max: number): boolean => {
 
 /**
  * Parses a JSON body: empty is `{}`; otherwise an object or array nested at most
- * {@link MAX_JSON_DEPTH} deep.
- * @throws {HttpError} 400 when it nests too deeply, does not parse, or is a bare scalar.
+ * {@link MAX_JSON_DEPTH} deep, whose numbers JavaScript reads as written
+ * (src/http/edge/json-numbers.ts: no `1e400`, no integer a double rounds).
+ * @throws {HttpError} 400 when it nests too deeply, does not parse, or is a bare scalar;
+ *   {DomainError} 400 `UnrepresentableNumber` (issue code `value`, the element as expression) for
+ *   a number it cannot carry.
  */
 export const parseJsonBody = (text: string): unknown => {
   if (text.trim() === '') return {};
@@ -198,6 +203,20 @@ export const parseJsonBody = (text: string): unknown => {
   }
   if (parsed === null || typeof parsed !== 'object')
     throw new HttpError(400, 'InvalidJson', 'the JSON body must be an object or an array');
+  const lossy = findLossyNumber(text);
+  if (lossy) {
+    const resourceType = (parsed as { resourceType?: unknown }).resourceType;
+    const root =
+      typeof resourceType === 'string' && /^[A-Z][A-Za-z]{0,63}$/.test(resourceType) ? resourceType : '';
+    const where = formatPath([...(root ? [root] : []), ...lossy.path]) || 'body';
+    throw new DomainError(
+      'invalid',
+      'UnrepresentableNumber',
+      `${where}: the number ${lossy.literal} ${lossy.reason}`,
+      where,
+      { issueCode: 'value' },
+    );
+  }
   return parsed;
 };
 

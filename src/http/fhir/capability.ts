@@ -98,7 +98,7 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
               'create',
               'search-type',
             ].map((code) => ({ code })),
-            searchParam: Object.entries(search.parameters).map(([name, p]) => ({
+            searchParam: [...search.parameters].map(([name, p]) => ({
               name,
               type: p.kind === 'element' ? p.type : SEARCH_TYPES[p.kind],
             })),

@@ -56,7 +56,9 @@ const fhirPath = (resourceType: string, path: readonly PropertyKey[]) => {
 /** Maps any thrown value to a status and OperationOutcome issues; undefined = unexpected (500). */
 export const toOutcome = (
   error: unknown,
-): { status: number; issues: Issue[]; location?: string } | undefined => {
+):
+  | { status: number; issues: Issue[]; location?: string; headers?: Readonly<Record<string, string>> }
+  | undefined => {
   if (error instanceof ResourceValidationError) {
     const issues = error.zodError.issues.flatMap((i): Issue[] => {
       if (i.code === 'unrecognized_keys')
@@ -107,6 +109,7 @@ export const toOutcome = (
       },
     ],
     ...(fhir.location ? { location: fhir.location } : {}),
+    ...(problem.headers ? { headers: problem.headers } : {}),
   };
 };
 

@@ -185,6 +185,7 @@ export const launchRouter = (casebook: Casebook): Router => {
           globalOrigins: globalRedirectOrigins(casebook),
           ...(signature ? { signature } : {}),
           updateDemographics: launcher.updateDemographics,
+          scopes: launcher.scopes,
           audit: auditInline(casebook, ctx, (o: LaunchOutcome) => ({ status: 303, note: launchNote(o) })),
         },
       );

@@ -77,8 +77,7 @@ const KINDS: Readonly<Record<string, Kind>> = {
 
 const kindOfResult = (typed: TypedValue): Kind => {
   const name = typed.type.slice(typed.type.indexOf('.') + 1);
-  const known = KINDS[name];
-  if (known) return known;
+  if (Object.hasOwn(KINDS, name)) return KINDS[name]!;
   const value = typed.value;
   if (isObject(value) && typeof value.resourceType === 'string') return 'resource';
   if (typeof value === 'boolean') return 'boolean';
@@ -112,7 +111,8 @@ const quantityFromText = (text: string): Json | undefined => {
   if (!unit) return { value };
   const quoted = /^'(.*)'$/.exec(unit);
   if (quoted) return { value, unit: quoted[1], system: UCUM, code: quoted[1] };
-  const calendar = CALENDAR_UNITS[unit.replace(/s$/, '')];
+  const singular = unit.replace(/s$/, '');
+  const calendar = Object.hasOwn(CALENDAR_UNITS, singular) ? CALENDAR_UNITS[singular] : undefined;
   return calendar ? { value, unit, system: UCUM, code: calendar } : { value, unit };
 };
 

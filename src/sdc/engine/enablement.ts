@@ -130,9 +130,10 @@ const conditionHolds = (
   const question =
     typeof condition.question === 'string' ? ctx.form.byLinkId.get(condition.question) : undefined;
   const key = valueKeys(condition, 'answer')[0];
-  if (!question || !key) return false;
+  if (!key) return false;
   const expected = condition[key];
-  const answers = answersFor(ctx, question, def, scope);
+  // A question the form does not hold has no answers: `exists false` and `!=` hold, as unanswered.
+  const answers = question ? answersFor(ctx, question, def, scope) : [];
   if (condition.operator === 'exists') return answers.length > 0 === (expected === true);
   const results = answers.map(([k, v]) => compareValues(k, v, key, expected));
   switch (condition.operator) {

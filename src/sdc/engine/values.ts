@@ -3,7 +3,8 @@
  * syntax, comparison (for enableWhen, answerOption and minValue/maxValue) and how a value is named
  * in a diagnostic. Pure.
  */
-import { isCalendarDate } from '../../fhir/dates.js';
+import { isFhirDate, isFhirDateTime, isFhirTime } from '../../fhir/dates.js';
+import { isFhirDecimal, isFhirInteger } from '../../fhir/primitives.js';
 import type { QuestionnaireResponseAnswer } from '../types.js';
 import { isObject } from './extensions.js';
 
@@ -28,11 +29,7 @@ export const ANSWER_VALUE_KEYS: Readonly<Record<string, string>> = {
 export const answerKeyOf = (type: unknown): string | undefined =>
   typeof type === 'string' && Object.hasOwn(ANSWER_VALUE_KEYS, type) ? ANSWER_VALUE_KEYS[type] : undefined;
 
-// FHIR primitive syntax (R5 datatypes), plus a calendar check for dates.
-const DATE = /^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01]))?)?$/;
-const DATE_TIME =
-  /^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01])(?:T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(?:\.\d{1,9})?(?:Z|[+-](?:(?:0\d|1[0-3]):[0-5]\d|14:00)))?)?)?$/;
-const TIME = /^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(?:\.\d{1,9})?$/;
+// FHIR primitive syntax (R5 datatypes): dates, numbers and times in src/fhir/ (one rule each).
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const MIME = /^[\w.+-]+\/[\w.+-]+(?:\s*;.*)?$/;
 
@@ -42,9 +39,6 @@ export const valueKeys = (element: Record<string, unknown>, prefix: 'value' | 'a
     (k) => k.startsWith(prefix) && k.length > prefix.length && /[A-Z]/.test(k[prefix.length]!),
   );
 
-const realDate = (year?: string, month?: string, day?: string): boolean =>
-  !month || !day || isCalendarDate(Number(year), Number(month), Number(day));
-
 /** Why `value` is not valid syntax for the FHIR type behind `key` (valueDate, answerInteger…); undefined when it is. */
 export const syntaxProblem = (key: string, value: unknown): string | undefined => {
   const type = key.replace(/^(value|answer)/, '');
@@ -52,23 +46,19 @@ export const syntaxProblem = (key: string, value: unknown): string | undefined =
     case 'Boolean':
       return typeof value === 'boolean' ? undefined : 'must be true or false';
     case 'Decimal':
-      return typeof value === 'number' && Number.isFinite(value) ? undefined : 'must be a decimal number';
+      return isFhirDecimal(value) ? undefined : 'must be a decimal number';
     case 'Integer':
-      return Number.isInteger(value) && Math.abs(value as number) <= 2_147_483_647
+      return isFhirInteger(value) ? undefined : 'must be a 32-bit integer';
+    case 'Date':
+      return isFhirDate(value)
         ? undefined
-        : 'must be a 32-bit integer';
-    case 'Date': {
-      const m = typeof value === 'string' ? DATE.exec(value) : null;
-      return m && realDate(m[1], m[2], m[3]) ? undefined : 'must be a date YYYY, YYYY-MM or YYYY-MM-DD';
-    }
-    case 'DateTime': {
-      const m = typeof value === 'string' ? DATE_TIME.exec(value) : null;
-      return m && realDate(m[1], m[2], m[3])
+        : 'must be a date YYYY, YYYY-MM or YYYY-MM-DD (a real day from year 0001)';
+    case 'DateTime':
+      return isFhirDateTime(value)
         ? undefined
-        : 'must be a dateTime YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss with a time zone';
-    }
+        : 'must be a dateTime YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm:ss with a time zone (a real day from year 0001)';
     case 'Time':
-      return typeof value === 'string' && TIME.test(value) ? undefined : 'must be a time hh:mm:ss';
+      return isFhirTime(value) ? undefined : 'must be a time hh:mm:ss';
     case 'String':
       return typeof value === 'string' && value.trim() !== '' ? undefined : 'must be a non-empty string';
     case 'Uri':
