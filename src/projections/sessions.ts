@@ -13,7 +13,7 @@ import {
 } from './projection.js';
 
 /** The state of one session after a batch. */
-interface SessionRowChange {
+export interface SessionRowChange {
   id: number;
   revision: number;
   /** The creation, when the batch holds it: the row is inserted when missing. */
@@ -23,7 +23,11 @@ interface SessionRowChange {
   last_modified_at: string;
 }
 
-const foldSessions = (events: readonly PendingEvent[]): SessionRowChange[] => {
+/**
+ * Folds a batch of session events into the last state of each session it touches (pure: the
+ * rows the apply functions write). An event at or below a revision the batch holds is skipped.
+ */
+export const foldSessions = (events: readonly PendingEvent[]): SessionRowChange[] => {
   const rows = new Map<number, SessionRowChange>();
   for (const event of events) {
     const e = { type: event.type, data: event.data } as SessionEvent;
