@@ -8,6 +8,7 @@
 import { ZodError } from 'zod';
 import { DomainError } from '../domain/decider.js';
 import {
+  type ChangeNote,
   type Content,
   type ResourceState,
   type ResourceType,
@@ -289,6 +290,7 @@ export const conditionalCreate = async (
 
 /**
  * FHIR update (PUT /{type}/{id}); partial for the clinical context resources (docs/interface.md §4.3 rule 3).
+ * `note`: the reason (and author) kept in the event, for an amendment or entered-in-error.
  * @throws {DomainError} 400 id mismatch, 404, 410, 412 If-Match, 403 scopes (before and after),
  *   409 duplicate identifier, 422 invalid body or broken reference.
  */
@@ -299,6 +301,7 @@ export const update = async (
   id: number,
   body: unknown,
   ifMatch?: number,
+  note?: ChangeNote,
 ): Promise<WriteResult> => {
   const content = parseContent(def, body, def.partialUpdate ? 'update' : 'create');
   const bodyId = (body as { id?: unknown }).id;
@@ -321,7 +324,10 @@ export const update = async (
   );
   await checkShownWith(uow, principal, def, next);
   return namingReadableHolder(uow, principal, () =>
-    updateResource(uow, def, principal.tenantId, id, content, ifMatch !== undefined ? { ifMatch } : {}),
+    updateResource(uow, def, principal.tenantId, id, content, {
+      ...(ifMatch !== undefined ? { ifMatch } : {}),
+      ...(note ? { note } : {}),
+    }),
   );
 };
 
