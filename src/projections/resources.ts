@@ -10,7 +10,7 @@ import { bumpSequence } from '../db/sequences.js';
 import type { Row, Sql } from '../db/sql.js';
 import { comparableIdentifier, comparableText } from '../domain/clinical/identifier.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
-import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
+import { EVENT_NAMES, eventTypesOf, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
@@ -24,7 +24,7 @@ import {
 } from './projection.js';
 
 /** The state of one resource after a batch, written with one statement for the whole batch. */
-interface ResourceRowChange {
+export interface ResourceRowChange {
   resource_type: ResourceType;
   id: number;
   tenant_id: number | null;
@@ -111,8 +111,11 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
   };
 };
 
-/** Folds a batch into the last state of each resource it touches. */
-const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
+/**
+ * Folds a batch into the last state of each resource it touches (pure: the rows the apply
+ * functions write; events that are not resource events are skipped).
+ */
+export const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
   const rows = new Map<string, PendingRow>();
   for (const event of events) {
     const kind = resourceEventKind(event.type);
@@ -239,9 +242,7 @@ END
 $fn$`;
 
 /** Every resource event type (Patient, Encounter, …), from the decider's names. */
-const RESOURCE_EVENT_TYPES = new Set(
-  Object.values(EVENT_NAMES).flatMap((names) => Object.values(names) as string[]),
-);
+const RESOURCE_EVENT_TYPES = new Set(Object.values(EVENT_NAMES).flatMap(eventTypesOf));
 
 export const resourcesProjection: Projection = {
   name: 'resources',

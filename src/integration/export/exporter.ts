@@ -23,7 +23,9 @@ import {
   type ExportCommand,
   exportDecider,
   exportKey,
+  exportStatusOf,
   exportStream,
+  legacyExportStatus,
   REPORT_EXPORT_QUEUED,
   type ReportExportQueuedData,
 } from '../../domain/export/export.js';
@@ -34,9 +36,8 @@ import { newId } from '../../domain/ids.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
 import { referenceId } from '../../fhir/references.js';
 import type { Metrics } from '../../metrics.js';
-import { exportOutboxProjection } from '../../projections/export-outbox.js';
-import { readResource, searchResources } from '../../projections/resources.js';
-import type { ProjectionRunner } from '../../projections/runner.js';
+import { EXPORT_OUTBOX, type ReadModelNotices } from '../../queries/read-models.js';
+import { readResource, searchResources } from '../../queries/resources.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { failureReason } from './outside-text.js';
@@ -50,7 +51,7 @@ const ACTOR: Actor = { type: 'system', id: 'export' };
 export interface ExporterDeps {
   readonly sql: Sql;
   readonly store: EventStore;
-  readonly runner: ProjectionRunner;
+  readonly runner: ReadModelNotices;
   readonly logger: Logger;
   readonly metrics?: Metrics;
   /** The audit trail: every delivery attempt is a disclosure and is recorded. */
@@ -341,7 +342,7 @@ export class Exporter {
     // start at once.
     const applied = this.deps.runner.applied$.subscribe({
       next: (names) => {
-        if (!names || names.has(exportOutboxProjection.name)) this.wake();
+        if (!names || names.has(EXPORT_OUTBOX)) this.wake();
       },
     });
     const wake = (resolve: () => void) => {
@@ -430,6 +431,7 @@ export class Exporter {
       ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
       ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
       ...(rendered.authored ? { authored: rendered.authored } : {}),
+      status: rendered.status,
       at: this.now().toISOString(),
     };
     await this.record(tenantId, { type: 'QueueExport', data }, `${responseId}-v${version}:queued`);
@@ -509,6 +511,7 @@ export class Exporter {
       version: row.version,
       authored: queued.authored,
       queuedAt: queued.at,
+      status: queued.status ?? legacyExportStatus(row.version),
     };
     metrics?.exportAttempts.inc({ sink: this.sink.label });
     let command: ExportCommand;
@@ -630,6 +633,7 @@ export class Exporter {
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,
+      status: exportStatusOf(resource.status),
     };
   }
 
