@@ -333,6 +333,8 @@ for (const database of testDatabases) {
       expect(took, 'one bounded request').to.be.lessThan(20_000);
     });
 
+    // Query time is budgeted apart from FHIRPath time: twenty queries leave the items' expressions
+    // their whole evaluation budget.
     it('populates a form of twenty queries in one request, every answer filled', async () => {
       const extension: unknown[] = [launchPatient];
       const item: unknown[] = [];
@@ -346,7 +348,6 @@ for (const database of testDatabases) {
           ),
         );
         item.push({ linkId: `a${i}`, type: 'integer', extension: [initial(`%q${i}.entry.count()`)] });
-        item.push({ linkId: `b${i}`, type: 'boolean', extension: [initial(`%q${i}.entry.exists()`)] });
       }
       const { response, issues } = populated(
         await populate(app, [
@@ -365,8 +366,8 @@ for (const database of testDatabases) {
       );
       expect(issues).to.deep.equal([]);
       for (let i = 0; i < 20; i++) {
-        expect(answerOf(response, `a${i}`), `a${i}`).to.have.length(1);
-        expect(answerOf(response, `b${i}`), `b${i}`).to.deep.equal([{ valueBoolean: true }]);
+        const [answer] = answerOf(response, `a${i}`) as { valueInteger: number }[];
+        expect(answer?.valueInteger, `a${i}`).to.be.at.least(1);
       }
     });
   });
