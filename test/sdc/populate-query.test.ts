@@ -161,10 +161,7 @@ describe('$populate (issue 35, pure)', () => {
         50,
       ],
     ]);
-    expect(response.item).to.deep.equal([
-      { linkId: 'a', answer: [{ valueInteger: 2 }] },
-      { linkId: 'b' },
-    ]);
+    expect(response.item).to.deep.equal([{ linkId: 'a', answer: [{ valueInteger: 2 }] }, { linkId: 'b' }]);
     const diagnostics = issues.issue.map((i) => i.diagnostics);
     expect(diagnostics.some((d) => /query budget is used up/.test(d))).to.equal(true);
     expect(diagnostics).to.include(
