@@ -50,7 +50,7 @@ export const SDC_OPERATIONS: readonly FhirOperation[] = [
     name: 'extract',
     definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/QuestionnaireResponse-extract',
     documentation:
-      'SDC definition-based $extract: a transaction Bundle of the resources the response describes.',
+      'SDC $extract (observation-, definition- and template-based): a transaction Bundle of the resources the response describes.',
     register: extract,
   },
   {
