@@ -156,8 +156,8 @@ export interface ChangedData {
   /** On a status change: the status before. */
   readonly from?: string;
   /**
-   * Why and by whom a signed-off report was changed (an amendment, entered in error): the
-   * clinician's stated reason and `Practitioner/<id>` (src/domain/report/report.ts).
+   * Who wrote a report version (`Practitioner/<id>`) and, for an amendment or entered in error,
+   * the clinician's stated reason (src/domain/report/report.ts).
    */
   readonly reason?: string;
   readonly author?: string;
@@ -165,7 +165,7 @@ export interface ChangedData {
 
 /** Why and by whom a version was written, kept in its event ({@link ChangedData}). */
 export interface ChangeNote {
-  readonly reason: string;
+  readonly reason?: string;
   readonly author?: string;
 }
 export interface DeletedData {
@@ -302,9 +302,10 @@ export const resourceDecider = (
           if (canonical(state.resource) === canonical(command.resource)) return [];
           const before = statusOf(state.resource);
           const type = updateEventType(resourceType, before, statusOf(command.resource));
-          const note = command.note
-            ? { reason: command.note.reason, ...(command.note.author ? { author: command.note.author } : {}) }
-            : {};
+          const note = {
+            ...(command.note?.reason !== undefined ? { reason: command.note.reason } : {}),
+            ...(command.note?.author !== undefined ? { author: command.note.author } : {}),
+          };
           if (type !== names.updated)
             return [
               {
