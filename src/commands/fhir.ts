@@ -22,7 +22,7 @@ import {
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { compartmentOf } from '../fhir/references.js';
 import { PROJECT_TAG_SYSTEM, parseResource, type Token, tokenOf } from '../fhir/resources.js';
-import { referencingResources } from '../projections/resources.js';
+import { referencingResources } from '../queries/resources.js';
 import { visibleTo } from '../queries/visibility.js';
 import type { UnitOfWork } from './handler.js';
 import {

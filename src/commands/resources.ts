@@ -24,7 +24,7 @@ import { MAX_IDENTIFIERS } from '../fhir/common.schema.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
 import type { Token } from '../fhir/resources.js';
-import { searchResources } from '../projections/resources.js';
+import { searchResources } from '../queries/resources.js';
 import { type AnyDecider, type UnitOfWork, versionMismatch } from './handler.js';
 
 /** The outcome of a write: the resource's id, its version after the write, and whether it is new. */

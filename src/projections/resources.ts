@@ -24,7 +24,7 @@ import {
 } from './projection.js';
 
 /** The state of one resource after a batch, written with one statement for the whole batch. */
-interface ResourceRowChange {
+export interface ResourceRowChange {
   resource_type: ResourceType;
   id: number;
   tenant_id: number | null;
@@ -111,8 +111,11 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
   };
 };
 
-/** Folds a batch into the last state of each resource it touches. */
-const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
+/**
+ * Folds a batch into the last state of each resource it touches (pure: the rows the apply
+ * functions write; events that are not resource events are skipped).
+ */
+export const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
   const rows = new Map<string, PendingRow>();
   for (const event of events) {
     const kind = resourceEventKind(event.type);

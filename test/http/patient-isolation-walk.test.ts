@@ -509,6 +509,8 @@ for (const database of testDatabases) {
             },
           },
         ],
+        // Static browser code without data: an unknown name (here P2's Task id) is a 404.
+        'app GET /assets/:name': [get('app', `/assets/${p2.task}.js`, REFUSED)],
         'app GET /tasks/:id/forms': [p2.task, p2.draftTask, ...crossingTasks].map((task) =>
           get('app', `/tasks/${task}/forms`, REFUSED),
         ),

@@ -34,9 +34,8 @@ import { newId } from '../../domain/ids.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
 import { referenceId } from '../../fhir/references.js';
 import type { Metrics } from '../../metrics.js';
-import { exportOutboxProjection } from '../../projections/export-outbox.js';
-import { readResource, searchResources } from '../../projections/resources.js';
-import type { ProjectionRunner } from '../../projections/runner.js';
+import { EXPORT_OUTBOX, type ReadModelNotices } from '../../queries/read-models.js';
+import { readResource, searchResources } from '../../queries/resources.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { jitteredBackoff, sleep } from '../delivery/schedule.js';
@@ -51,7 +50,7 @@ const ACTOR: Actor = { type: 'system', id: 'export' };
 export interface ExporterDeps {
   readonly sql: Sql;
   readonly store: EventStore;
-  readonly runner: ProjectionRunner;
+  readonly runner: ReadModelNotices;
   readonly logger: Logger;
   readonly metrics?: Metrics;
   /** The audit trail: every delivery attempt is a disclosure and is recorded. */
@@ -313,7 +312,7 @@ export class Exporter {
     // start at once.
     const applied = this.deps.runner.applied$.subscribe({
       next: (names) => {
-        if (!names || names.has(exportOutboxProjection.name)) this.wake();
+        if (!names || names.has(EXPORT_OUTBOX)) this.wake();
       },
     });
     const wake = (resolve: () => void) => {

@@ -4,7 +4,7 @@
  * caller passes.
  */
 import type { CanonicalResolver, Json, Questionnaire } from '../types.js';
-import { arrayOf, isObject } from './extensions.js';
+import { arrayOf, EXT_UNIT_VALUE_SET, extensionValue, isObject } from './extensions.js';
 
 /** The codes a ValueSet lists. */
 export interface ValueSetMembers {
@@ -63,6 +63,21 @@ export const answerValueSetsOf = (questionnaire: Questionnaire): string[] => {
   return [...canonicals];
 };
 
+/** The questionnaire-unitValueSet canonicals of a Questionnaire's items, once each (issue 35). */
+export const unitValueSetsOf = (questionnaire: Questionnaire): string[] => {
+  const canonicals = new Set<string>();
+  const walk = (items: unknown) => {
+    for (const q of arrayOf<unknown>(items)) {
+      if (!isObject(q)) continue;
+      const canonical = extensionValue(q, EXT_UNIT_VALUE_SET)?.[1];
+      if (typeof canonical === 'string') canonicals.add(canonical);
+      walk(q.item);
+    }
+  };
+  walk(questionnaire.item);
+  return [...canonicals];
+};
+
 /** A ValueSet contained in the Questionnaire (`#id`). */
 export const containedValueSet = (questionnaire: Questionnaire, reference: string): Json | undefined =>
   arrayOf<Json>(questionnaire.contained).find(
@@ -70,7 +85,7 @@ export const containedValueSet = (questionnaire: Questionnaire, reference: strin
   );
 
 /**
- * Resolves every answerValueSet of the Questionnaire: contained (`#id`) or through `resolve`
+ * Resolves every answerValueSet and unitValueSet of the Questionnaire: contained (`#id`) or through `resolve`
  * (a resolver that fails or finds nothing leaves the canonical out).
  * @returns canonical → ValueSet.
  */
@@ -79,7 +94,7 @@ export const resolveAnswerValueSets = async (
   resolve: CanonicalResolver | undefined,
 ): Promise<Map<string, Json>> => {
   const resolved = new Map<string, Json>();
-  for (const canonical of answerValueSetsOf(questionnaire)) {
+  for (const canonical of new Set([...answerValueSetsOf(questionnaire), ...unitValueSetsOf(questionnaire)])) {
     let valueSet: Json | undefined;
     if (canonical.startsWith('#')) valueSet = containedValueSet(questionnaire, canonical);
     else
