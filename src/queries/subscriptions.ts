@@ -17,7 +17,11 @@ import { toFhirResource } from '../fhir/references.js';
 import { parseScopeList } from '../fhir/scopes.js';
 import { notificationRevisions, type SubscriptionRow } from '../projections/subscriptions.js';
 
-export { readSubscriptions, type SubscriptionRow } from '../projections/subscriptions.js';
+export {
+  readSubscriptions,
+  type SubscriptionRow,
+  subscriptionBacklog,
+} from '../projections/subscriptions.js';
 
 /** What reading notifications needs: the read model, the log and the API clients. */
 export interface NotificationSources {

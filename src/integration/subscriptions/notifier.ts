@@ -44,13 +44,13 @@ import {
   type RecordedEvent,
 } from '../../eventstore/port.js';
 import type { Metrics } from '../../metrics.js';
-import type { ProjectionRunner } from '../../projections/runner.js';
+import type { ReadModelNotices } from '../../queries/read-models.js';
 import {
+  readNotifications,
   readSubscriptions,
   type SubscriptionRow,
   subscriptionBacklog,
-} from '../../projections/subscriptions.js';
-import { readNotifications } from '../../queries/subscriptions.js';
+} from '../../queries/subscriptions.js';
 import { postBounded } from '../delivery/http-post.js';
 import { jitteredBackoff, sleep } from '../delivery/schedule.js';
 import { failureReason } from '../export/outside-text.js';
@@ -60,6 +60,8 @@ const NOTIFIER_LOCK_KEY = `hashtext('casebook-subscriptions:' || current_schema(
 const ACTOR: Actor = { type: 'system', id: 'subscriptions' };
 /** Events read from the log per pass. */
 const LOG_PAGE = 500;
+/** The subscriptions read model's name, as the runner's `applied$` reports it. */
+const SUBSCRIPTIONS_READ_MODEL = 'subscriptions';
 /** Notifications per request when the Subscription gives no maxCount. */
 const DEFAULT_MAX_COUNT = 10;
 
@@ -67,7 +69,7 @@ const DEFAULT_MAX_COUNT = 10;
 export interface NotifierDeps {
   readonly sql: Sql;
   readonly store: EventStore;
-  readonly runner: ProjectionRunner;
+  readonly runner: ReadModelNotices;
   readonly logger: Logger;
   readonly metrics?: Metrics;
   /** API clients by client_id: the owner's scopes decide what a full-resource payload may carry. */
@@ -131,6 +133,8 @@ export class SubscriptionNotifier {
   private readonly now: () => Date;
   private readonly random: () => number;
   private migrated = false;
+  /** Whether the last pass saw a live subscription. */
+  private hasLive = true;
 
   constructor(
     private readonly deps: NotifierDeps,
@@ -210,7 +214,13 @@ export class SubscriptionNotifier {
     await this.migrate();
     // An append in this process wakes the loop at once (a report, a new subscription, a recorded
     // outcome); other processes' appends are seen at the next poll.
-    const applied = this.deps.runner.applied$.subscribe({ next: () => this.wake() });
+    // Without a live subscription only a change of the subscriptions read model wakes it: a
+    // pass per append of a busy server would do nothing but cost queries.
+    const applied = this.deps.runner.applied$.subscribe({
+      next: (names) => {
+        if (this.hasLive || !names || names.has(SUBSCRIPTIONS_READ_MODEL)) this.wake();
+      },
+    });
     const wake = (resolve: () => void) => {
       this.wakers.add(resolve);
       return () => this.wakers.delete(resolve);
@@ -235,6 +245,7 @@ export class SubscriptionNotifier {
   async pass(signal?: AbortSignal): Promise<number> {
     await this.migrate();
     if ((await this.decideFromLog()) >= LOG_PAGE) this.woken = true;
+    if (!this.hasLive && this.inFlight.size === 0) return 0;
     return this.startDue(signal);
   }
 
@@ -278,7 +289,8 @@ export class SubscriptionNotifier {
     // Nothing to match: skip to the head (read before the subscriptions, so that a subscription
     // created meanwhile lies after the new checkpoint).
     const head = await store.headPosition();
-    if ((await readSubscriptions(sql, { live: true, limit: 1 })).length === 0) {
+    this.hasLive = (await readSubscriptions(sql, { live: true, limit: 1 })).length > 0;
+    if (!this.hasLive) {
       if (head && positionToString(head) !== from) await this.saveCheckpoint(positionToString(head));
       return 0;
     }
