@@ -32,8 +32,11 @@ import type { RecordedEvent } from '../eventstore/port.js';
 import type { ApplyMode, Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
-/** Statuses whose report is exported. */
-const EXPORTED_STATUSES = new Set(['completed', 'amended']);
+/**
+ * Statuses whose report is exported: completed (the original), amended (a correction),
+ * entered-in-error (a retraction; only a signed-off report can reach it: src/domain/report/report.ts).
+ */
+const EXPORTED_STATUSES = new Set(['completed', 'amended', 'entered-in-error']);
 /** States of a row whose report may still be sent (a failure or an abandon applies to them). */
 const OPEN_STATES = new Set(['pending', 'failed']);
 

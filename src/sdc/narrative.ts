@@ -47,7 +47,9 @@ const XHTML_NS = 'http://www.w3.org/1999/xhtml';
  * attachments by title and url; references by display, then reference. Several answers are joined
  * with `, `. Unanswered questions and groups with nothing answered are left out.
  *
- * Plain text: the Questionnaire's title (when given) and a blank line; top-level groups as
+ * Plain text: the Questionnaire's title (when given) and a blank line; for an `amended` or
+ * `entered-in-error` response a status line (`AMENDED REPORT: …`, `ENTERED IN ERROR: …`, also the
+ * XHTML's first paragraph) and a blank line; top-level groups as
  * UPPERCASE headings set off by blank lines; nested groups as `Heading:` with their items
  * indented two spaces per level; `Question: answer` lines (no colon added after a `?` or `:`);
  * multi-line answers and items nested under an answer indented beneath their question; repeated
@@ -72,7 +74,18 @@ export const generateNarrative = (
   collect(questionnaire?.item);
   const nodes = outline(asArray<QuestionnaireResponseItem>(response.item), definitions);
   const title = typeof questionnaire?.title === 'string' ? singleLine(questionnaire.title) : '';
-  return { xhtml: toXhtml(title, nodes), text: toText(title, nodes) };
+  const status = STATUS_NOTES[String(response.status ?? '')] ?? '';
+  return { xhtml: toXhtml(title, nodes, status), text: toText(title, nodes, status) };
+};
+
+/**
+ * The line a changed report's narrative starts with (issue 32): an amended report says so, and an
+ * entered-in-error one says it is withdrawn, so a reader of the text alone cannot take either for
+ * the original.
+ */
+const STATUS_NOTES: Record<string, string> = {
+  amended: 'AMENDED REPORT: this version replaces the earlier one.',
+  'entered-in-error': 'ENTERED IN ERROR: this report is withdrawn and must not be used.',
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -135,9 +148,10 @@ const answerText = (
 // ---------------------------------------------------------------------------------------------
 // Plain text
 
-const toText = (title: string, nodes: readonly Node[]): string => {
+const toText = (title: string, nodes: readonly Node[], status: string): string => {
   const lines: string[] = [];
   if (title) lines.push(title, '');
+  if (status) lines.push(status, '');
   if (nodes.length === 0) lines.push(EMPTY_TEXT);
   nodes.forEach((node, i) => {
     // Top-level groups stand apart; a question after a group must not read as part of it.
@@ -199,9 +213,10 @@ const introducing = (label: string): string => (/[?:]$/.test(label) ? label : `$
 // ---------------------------------------------------------------------------------------------
 // XHTML
 
-const toXhtml = (title: string, nodes: readonly Node[]): string => {
+const toXhtml = (title: string, nodes: readonly Node[], status: string): string => {
   const body = nodes.length === 0 ? `<p>${escapeXml(EMPTY_TEXT)}</p>` : xhtmlBlocks(nodes, 2);
-  return `<div xmlns="${XHTML_NS}">${title ? `<h1>${escapeXml(title)}</h1>` : ''}${body}</div>`;
+  const note = status ? `<p><strong>${escapeXml(status)}</strong></p>` : '';
+  return `<div xmlns="${XHTML_NS}">${title ? `<h1>${escapeXml(title)}</h1>` : ''}${note}${body}</div>`;
 };
 
 /** Groups as `<div>` sections with a heading; runs of questions as one `<dl>`. */

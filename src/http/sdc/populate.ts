@@ -20,6 +20,7 @@ import { noteAudit } from '../audit.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
+import { assembledForUse } from './assemble.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -242,9 +243,12 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
       { issueCode: 'required' },
     );
 
+  // SDC modular forms (issue 35): a form that needs assembling is assembled first.
+  const budget = evaluationBudget(ctx);
+  const form = await assembledForUse(questionnaire, resolver, budget);
   const { response, issues } = await populate({
-    budget: evaluationBudget(ctx),
-    questionnaire,
+    budget,
+    questionnaire: form,
     ...(questionnaireReference ? { questionnaireReference } : {}),
     ...(subject ? { subject } : {}),
     context,
@@ -258,7 +262,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
   if (!response.questionnaire) {
     populated = {
       ...response,
-      contained: [{ ...questionnaire, id: 'questionnaire' }],
+      contained: [{ ...form, id: 'questionnaire' }],
       questionnaire: '#questionnaire',
     } as typeof response;
     allIssues = {
