@@ -57,13 +57,13 @@ export const startReport = async (
 };
 
 /** What a write of the report does (src/domain/report/report.ts commands). */
-export type ReportWrite =
+export type ReportWrite = (
   | { readonly type: 'SaveReport' | 'SubmitReport' }
-  | {
-      readonly type: 'AmendReport' | 'MarkReportEnteredInError';
-      readonly reason: string;
-      readonly author?: string;
-    };
+  | { readonly type: 'AmendReport' | 'MarkReportEnteredInError'; readonly reason: string }
+) & {
+  /** `Practitioner/<id>` of the session's user: the version's author, kept in its event. */
+  readonly author?: string;
+};
 
 /**
  * Writes a version of a report, decided by the report decider (src/domain/report/report.ts;
@@ -110,8 +110,11 @@ export const writeReport = async (
     responseId,
     { resourceType: 'QuestionnaireResponse', ...data.resource },
     current.version,
-    data.reason !== undefined
-      ? { reason: data.reason, ...(data.author ? { author: data.author } : {}) }
+    data.reason !== undefined || data.author !== undefined
+      ? {
+          ...(data.reason !== undefined ? { reason: data.reason } : {}),
+          ...(data.author !== undefined ? { author: data.author } : {}),
+        }
       : undefined,
   );
   const next =

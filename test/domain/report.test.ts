@@ -108,9 +108,9 @@ describe('report decider (issue 32)', () => {
   });
 
   describe('SubmitReport', () => {
-    it('decides QuestionnaireResponseSubmitted (completed) from in-progress', () => {
+    it('decides QuestionnaireResponseSubmitted (completed) from in-progress, with its author', () => {
       given(reportDecider, [created, saved('a')])
-        .when(command('SubmitReport', 2, 'final'))
+        .when(command('SubmitReport', 2, 'final', { author: 'Practitioner/5' }))
         .then([
           {
             type: 'QuestionnaireResponseSubmitted',
@@ -119,6 +119,7 @@ describe('report decider (issue 32)', () => {
               resource: { ...answers('final'), status: 'completed' },
               at: LATER,
               from: 'in-progress',
+              author: 'Practitioner/5',
             },
           },
         ]);

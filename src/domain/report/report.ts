@@ -53,14 +53,14 @@ interface Based {
   /** The new content (answers, `authored`…); its status is set by the decider. */
   readonly resource: Content;
   readonly now: string;
+  /** `Practitioner/<id>` of the session's user, when known: kept in the event as the version's author. */
+  readonly author?: string;
 }
 
-/** Why and by whom a signed-off report is changed. */
+/** Why a signed-off report is changed. */
 interface Reasoned {
   /** The clinician's stated reason (required, not blank). */
   readonly reason: string;
-  /** `Practitioner/<id>` of the session's user, when known. */
-  readonly author?: string;
 }
 
 export type ReportCommand =
@@ -130,7 +130,7 @@ const version = (
   state: ReportState,
   command: Based,
   status: ReportStatus,
-  note?: { reason: string; author?: string | undefined },
+  reason?: string,
 ): ReportEvent[] => {
   const before = state.status as string;
   const resource = { ...command.resource, status };
@@ -140,7 +140,8 @@ const version = (
     resource,
     at: command.now,
     ...(type !== EVENT_NAMES[QR].updated ? { from: before } : {}),
-    ...(note ? { reason: note.reason, ...(note.author ? { author: note.author } : {}) } : {}),
+    ...(reason !== undefined ? { reason } : {}),
+    ...(command.author ? { author: command.author } : {}),
   };
   return [{ type, data }];
 };
@@ -185,8 +186,13 @@ export const reportDecider: Decider<ReportCommand, ReportState, ReportEvent> = {
             'ReportNotSignedOff',
             `the report is ${state.status}: only a submitted report is amended or marked entered in error`,
           );
-        const note = { reason: checkReason(command.reason), author: command.author };
-        return version(state, command, command.type === 'AmendReport' ? 'amended' : 'entered-in-error', note);
+        const reason = checkReason(command.reason);
+        return version(
+          state,
+          command,
+          command.type === 'AmendReport' ? 'amended' : 'entered-in-error',
+          reason,
+        );
       }
       default: {
         const _exhaustive: never = command;

@@ -164,8 +164,8 @@ interface EditorView {
   readonly amendReason?: string;
   /** Read-only view: show unanswered items too. */
   readonly showEmpty?: boolean;
-  /** A message for the read-only view's amend / entered-in-error forms (a missing reason). */
-  readonly reasonError?: string;
+  /** A message for the read-only view's amend / entered-in-error form that was sent (a missing reason). */
+  readonly reasonError?: { readonly action: string; readonly message: string };
 }
 
 /** One line of the error summary: a field's message, linked to the field when it has one. */
@@ -216,13 +216,16 @@ const renderEditor = async (
         ? '<span class="badge readonly">Read-only</span>'
         : `<span class="badge status-${escapeHtml(qrStatus)}">${escapeHtml(STATUS_LABELS[qrStatus] ?? qrStatus)}</span>`;
   const head = `<div class="report-head"><div><h1>${escapeHtml(title)}</h1><p class="meta">${
-    typeof questionnaire.version === 'string' ? `Version ${escapeHtml(questionnaire.version)} · ` : ''
+    typeof questionnaire.version === 'string' ? `Form version ${escapeHtml(questionnaire.version)} · ` : ''
   }Task ${task.id}</p></div>${badge}</div>`;
   const action = withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry);
   const baseVersion = view.baseVersion ?? response.versionId;
   if (readonly) {
     const statusLine = await reportStatusLine(page, report.response, STATUS_LABELS[qrStatus] ?? qrStatus);
-    const body = `<main id="main">${notice}${head}${statusLine}${readonlyActions(page, report, view, action, baseVersion)}
+    const note = isFinalStatus(qrStatus)
+      ? ''
+      : '<p class="readonly-note" role="note">This report is open read-only: answers cannot be changed here.</p>';
+    const body = `<main id="main">${notice}${head}${statusLine}${note}${readonlyActions(page, report, view, action, baseVersion)}
 <div class="card report readonly${qrStatus === 'entered-in-error' ? ' struck' : ''}">${items || '<p class="hint">This form has no questions.</p>'}</div></main>`;
     const viewAssets = await reportViewAssets(casebook);
     sendHtml(
@@ -301,17 +304,19 @@ const readonlyActions = (
   const tools = `<div class="view-tools no-print"><button type="button" class="secondary" data-print hidden>Print</button>
 <a href="${escapeHtml(switchUrl)}">${view.showEmpty ? 'Hide unanswered questions' : 'Show unanswered questions'}</a></div>`;
   if (page.readonly || (qrStatus !== 'completed' && qrStatus !== 'amended')) return tools;
-  const error = view.reasonError
-    ? `<p class="field-error" id="reason-error">${escapeHtml(view.reasonError)}</p>`
-    : '';
-  const described = view.reasonError ? ' aria-describedby="reason-error" aria-invalid="true"' : '';
-  const form = (value: string, label: string, id: string, hint: string) =>
-    `<form method="post" action="${escapeHtml(action)}" class="card change-form no-print">
+  const form = (value: string, label: string, id: string, hint: string) => {
+    const error = view.reasonError?.action === value ? view.reasonError.message : undefined;
+    return `<form method="post" action="${escapeHtml(action)}" class="card change-form no-print">
 <input type="hidden" name="base_version" value="${baseVersion}">${carriedInputs(page.carry)}
-<h2>${escapeHtml(label)}</h2><p class="hint">${escapeHtml(hint)}</p>${id === 'amend-reason' ? error : ''}
+<h2>${escapeHtml(label)}</h2><p class="hint">${escapeHtml(hint)}</p>${
+      error ? `<p class="field-error" id="${id}-error">${escapeHtml(error)}</p>` : ''
+    }
 <label class="q-label" for="${id}">Reason</label>
-<input type="text" id="${id}" name="reason" required maxlength="500"${id === 'amend-reason' ? described : ''}>
+<input type="text" id="${id}" name="reason" required maxlength="500"${
+      error ? ` aria-describedby="${id}-error" aria-invalid="true"` : ''
+    }>
 <button type="submit" name="action" value="${value}" class="${value === 'amend' ? 'primary' : 'secondary'}">${escapeHtml(label)}</button></form>`;
+  };
   return `${tools}<div class="change-forms">${form(
     'amend',
     'Amend report',
@@ -533,7 +538,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
         {
           ...shownResponse(report, ctx, page),
           ...(notice ? { notice } : {}),
-          ...(reason === '' ? { reasonError: 'Give the reason for this change.' } : {}),
+          ...(reason === '' ? { reasonError: { action, message: 'Give the reason for this change.' } } : {}),
         },
         reason === '' ? 422 : 409,
       );
@@ -660,7 +665,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
   const next: QuestionnaireResponse = { ...evaluated.run.stored(), authored: page.command.now.toISOString() };
   const write: ReportWrite = amending
     ? { type: 'AmendReport', reason: amendReason, author }
-    : { type: action === 'submit' ? 'SubmitReport' : 'SaveReport' };
+    : { type: action === 'submit' ? 'SubmitReport' : 'SaveReport', author };
 
   let saved: { versionId: number; lastUpdated: string };
   try {
