@@ -100,7 +100,12 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
             ].map((code) => ({ code })),
             searchParam: [...search.parameters].map(([name, p]) => ({
               name,
-              type: p.kind === 'element' ? p.type : SEARCH_TYPES[p.kind],
+              type:
+                p.kind === 'element'
+                  ? p.type
+                  : p.kind === 'indexed'
+                    ? p.definition.type
+                    : SEARCH_TYPES[p.kind],
             })),
             ...(search._include ? { searchInclude: search._include } : {}),
             ...(operationsOf(type).length > 0 ? { operation: operationsOf(type) } : {}),

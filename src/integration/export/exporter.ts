@@ -23,7 +23,9 @@ import {
   type ExportCommand,
   exportDecider,
   exportKey,
+  exportStatusOf,
   exportStream,
+  legacyExportStatus,
   REPORT_EXPORT_QUEUED,
   type ReportExportQueuedData,
 } from '../../domain/export/export.js';
@@ -401,6 +403,7 @@ export class Exporter {
       ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
       ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
       ...(rendered.authored ? { authored: rendered.authored } : {}),
+      status: rendered.status,
       at: this.now().toISOString(),
     };
     await this.record(tenantId, { type: 'QueueExport', data }, `${responseId}-v${version}:queued`);
@@ -480,6 +483,7 @@ export class Exporter {
       version: row.version,
       authored: queued.authored,
       queuedAt: queued.at,
+      status: queued.status ?? legacyExportStatus(row.version),
     };
     metrics?.exportAttempts.inc({ sink: this.sink.label });
     let command: ExportCommand;
@@ -601,6 +605,7 @@ export class Exporter {
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,
+      status: exportStatusOf(resource.status),
     };
   }
 

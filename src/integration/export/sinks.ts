@@ -8,6 +8,7 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { ExportStatus } from '../../domain/export/export.js';
 import { MAX_ANSWER_BYTES, postBounded } from '../delivery/http-post.js';
 import { sanitizeOutsideText } from './outside-text.js';
 
@@ -33,7 +34,15 @@ export interface Report {
    * attempt sends the same bytes.
    */
   readonly queuedAt?: string | undefined;
+  /**
+   * `final`, `corrected` (an amendment) or `retracted` (entered in error), issue 32: HL7 v2 OBR-25
+   * and OBX-11 `F` / `C` / `W`; the HTTP sink's `X-Report-Status` header; the file sink's first
+   * line `Status: …` for a correction or a retraction. Absent: `final`.
+   */
+  readonly status?: ExportStatus | undefined;
 }
+
+const HL7_RESULT_STATUS: Record<ExportStatus, string> = { final: 'F', corrected: 'C', retracted: 'W' };
 
 export interface Sink {
   /** Scheme and host of the sink, for the event log (never credentials or paths). */
@@ -95,6 +104,7 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
       const headers: Record<string, string> = {
         'Content-Type': 'text/plain; charset=utf-8',
         'Idempotency-Key': report.idempotencyKey,
+        'X-Report-Status': report.status ?? 'final',
       };
       if (username || password)
         headers.Authorization = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
@@ -117,7 +127,10 @@ const fileSink = (url: URL, timeoutMs: number): Sink => {
     // The key names the file: unique across installations, stable across attempts.
     const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
     const tmp = `${name}.tmp`;
-    await writeFile(tmp, report.text, { encoding: 'utf8', signal });
+    // A correction or a retraction says so on its first line; a final report is the text alone.
+    const status = report.status ?? 'final';
+    const text = status === 'final' ? report.text : `Status: ${status}\n\n${report.text}`;
+    await writeFile(tmp, text, { encoding: 'utf8', signal });
     // A write that finished after the timeout is not put in place: the attempt was already failed.
     signal.throwIfAborted();
     await rename(tmp, name);
@@ -194,6 +207,8 @@ const cx = (i: HospitalIdentifier | undefined) =>
 /** The ORU^R01 message of a report, segments separated by CR (no framing). */
 export const buildOru = (report: Report, now: Date = new Date()): string => {
   const lines = report.text.split('\n');
+  // OBR-25 and OBX-11: a correction (C) or a retraction (W) of what was sent, never a second original.
+  const resultStatus = HL7_RESULT_STATUS[report.status ?? 'final'];
   const observed = report.authored ? hl7Time(report.authored) : '';
   const pv1 = ['PV1', '1', 'U', ...Array<string>(16).fill(''), cx(report.encounterIdentifier)];
   const obr = [
@@ -206,7 +221,7 @@ export const buildOru = (report: Report, now: Date = new Date()): string => {
     '',
     observed,
     ...Array<string>(17).fill(''),
-    report.version > 1 ? 'C' : 'F',
+    resultStatus,
   ];
   const segments = [
     [
@@ -239,7 +254,7 @@ export const buildOru = (report: Report, now: Date = new Date()): string => {
         '',
         '',
         '',
-        'F',
+        resultStatus,
       ].join('|'),
     ),
   ];
