@@ -363,7 +363,7 @@ $fn$;
 -- it knows (NULL: no check); per inline function its projection, name and argument (a json array
 -- of the arguments). Parallel arrays instead of one JSON document: json operators re-read their
 -- whole operand, and reading a batch's parts out of JSON was a third of the statement
--- (bench/README.md, stop 30). A stream that is not at its expected revision (CBC01), an event id
+-- (docs/performance.md "Appends: group commit, set-based, parallel arrays"). A stream that is not at its expected revision (CBC01), an event id
 -- that is stored (a unique violation), a live projection the process does not know (CBP01) or an
 -- inline projection that is not live (CBI01) raises, and the appending process sends each append
 -- alone, to es_append_inline when alone already: it tells a replay, a wrong expected version or a
@@ -449,7 +449,7 @@ $fn$;
  * and creates the stream at its last revision. When the stream or an event id exists already, a
  * unique violation rolls it all back and `es_append` answers instead (a wrong expected version, a
  * replay, an id conflict). About half of `es_append`'s cost in PostgreSQL and in the appending
- * process (bench/README.md).
+ * process (docs/performance.md "Appends: group commit, set-based, parallel arrays").
  * $1 stream, $2 events [{id, type, metadata}] (jsonb), $3 their data (json array), $4 known
  * projections (NULL: no check).
  */
@@ -868,7 +868,7 @@ export class SqlEventStore implements EventStore {
   /**
    * Tells other processes' subscriptions that events were appended: one NOTIFY per
    * {@link NOTIFY_DELAY_MS} at most, after the commit. Postgres commits notifying transactions one
-   * at a time cluster-wide (bench/README.md), and a lost notification only delays a subscriber
+   * at a time cluster-wide (docs/performance.md "Notifications at most once per delay"), and a lost notification only delays a subscriber
    * until its next poll.
    */
   private notifyOthers(): void {

@@ -5,7 +5,7 @@
  * merge, and dates and times written for people.
  */
 import type { MergeAnswer, MergeChange } from '../../domain/report/merge.js';
-import type { ResourceRow } from '../../projections/resources.js';
+import type { ResourceRow } from '../../queries/visibility.js';
 import { readIfVisible } from '../../queries/visibility.js';
 import type { FormDefinition } from '../../sdc/engine/index.js';
 import type { QuestionnaireResponseAnswer } from '../../sdc/types.js';

@@ -20,6 +20,7 @@ import { noteAudit } from '../audit.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
+import { assembledForUse } from './assemble.js';
 import { queryBudget, queryRunner } from './query.js';
 import { formResolver, tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
@@ -256,14 +257,17 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
       { issueCode: 'required' },
     );
 
+  // SDC modular forms (issue 35): a form that needs assembling is assembled first.
+  const budget = evaluationBudget(ctx);
+  const form = await assembledForUse(questionnaire, resolver, budget);
   const { response, issues } = await populate({
-    budget: evaluationBudget(ctx),
-    questionnaire,
+    budget,
+    questionnaire: form,
     ...(questionnaireReference ? { questionnaireReference } : {}),
     ...(subject ? { subject } : {}),
     context,
     // answerValueSets with the form's rights (src/http/sdc/resolve.ts), like the report editor.
-    resolve: formResolver(casebook, principal, questionnaire),
+    resolve: formResolver(casebook, principal, form),
     query: queryRunner(ctx, casebook.sql, principal, casebook.config.fhirUrl),
     queryBudget: queryBudget(ctx),
     fhirBases: [casebook.config.fhirUrl, casebook.config.sdcUrl],
@@ -276,7 +280,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
   if (!response.questionnaire) {
     populated = {
       ...response,
-      contained: [{ ...questionnaire, id: 'questionnaire' }],
+      contained: [{ ...form, id: 'questionnaire' }],
       questionnaire: '#questionnaire',
     } as typeof response;
     allIssues = {
