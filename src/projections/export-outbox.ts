@@ -132,7 +132,7 @@ const responseOf = (event: RecordedEvent): number | undefined => {
 // The rows of some reports, by primary key, in key order (locked with `lock`). A function with
 // enable_seqscan off: during a rebuild the table grows from empty without statistics, and the
 // plain statement, planned as a scan of the table filtered by the array of ids, cost 11 ms a page
-// at 12,000 reports (bench/README.md, stop 31) instead of ~1 ms by key.
+// at 12,000 reports (docs/performance.md "The export outbox read by key") instead of ~1 ms by key.
 const READ_FUNCTION = 'rm_export_outbox_read';
 const READ_DEFINITION = `
 CREATE OR REPLACE FUNCTION ${READ_FUNCTION}(ids integer[], lock boolean) RETURNS SETOF json LANGUAGE plpgsql

@@ -7,6 +7,7 @@
  */
 import { answerText as answerDisplay } from './engine/display.js';
 import type {
+  Coding,
   Questionnaire,
   QuestionnaireItem,
   QuestionnaireResponse,
@@ -35,6 +36,15 @@ interface RenderedAnswer {
 }
 
 const EMPTY_TEXT = 'No answers recorded.';
+
+/** Options of {@link generateNarrative}. */
+export interface NarrativeOptions {
+  /**
+   * The codings of the items' answerValueSets by canonical, with their displays (issue 35): a coded
+   * answer without a display reads as the ValueSet's display for its code.
+   */
+  readonly valueSetCodings?: ReadonlyMap<string, readonly Coding[]>;
+}
 const XHTML_NS = 'http://www.w3.org/1999/xhtml';
 
 /**
@@ -55,6 +65,9 @@ const XHTML_NS = 'http://www.w3.org/1999/xhtml';
  * multi-line answers and items nested under an answer indented beneath their question; repeated
  * answers that carry nested items as `- ` bullets. Repeated groups are numbered (`Nodule 1`).
  *
+ * A coded answer without a display takes its answerValueSet's display (`options.valueSetCodings`),
+ * before the answerOption's and the code.
+ *
  * XHTML: `<h1>` title, one `<div>` per group with an `<h2>`…`<h6>` heading, questions as
  * `<dl>` of `<dt>` question / `<dd>` answer, line breaks as `<br/>`; characters XML forbids are
  * dropped and `& < > " '` escaped.
@@ -62,6 +75,7 @@ const XHTML_NS = 'http://www.w3.org/1999/xhtml';
 export const generateNarrative = (
   response: QuestionnaireResponse,
   questionnaire?: Questionnaire,
+  options: NarrativeOptions = {},
 ): Narrative => {
   const definitions = new Map<string, QuestionnaireItem>();
   const collect = (items: readonly QuestionnaireItem[] | undefined) => {
@@ -72,9 +86,15 @@ export const generateNarrative = (
     }
   };
   collect(questionnaire?.item);
-  const nodes = outline(asArray<QuestionnaireResponseItem>(response.item), definitions);
+  const nodes = outline(
+    asArray<QuestionnaireResponseItem>(response.item),
+    definitions,
+    options.valueSetCodings ?? new Map(),
+  );
   const title = typeof questionnaire?.title === 'string' ? singleLine(questionnaire.title) : '';
-  const status = STATUS_NOTES[String(response.status ?? '')] ?? '';
+  // Object.hasOwn: a status such as `constructor` is no note, never an inherited property.
+  const statusCode = String(response.status ?? '');
+  const status = Object.hasOwn(STATUS_NOTES, statusCode) ? STATUS_NOTES[statusCode]! : '';
   return { xhtml: toXhtml(title, nodes, status), text: toText(title, nodes, status) };
 };
 
@@ -94,6 +114,7 @@ const STATUS_NOTES: Record<string, string> = {
 const outline = (
   items: readonly QuestionnaireResponseItem[],
   definitions: ReadonlyMap<string, QuestionnaireItem>,
+  valueSets: ReadonlyMap<string, readonly Coding[]>,
 ): Node[] => {
   const nodes = items.flatMap((item): { linkId: string; node: Node }[] => {
     if (!isObject(item)) return [];
@@ -106,11 +127,11 @@ const outline = (
       'Item';
     const answers = asArray<QuestionnaireResponseAnswer>(item.answer).flatMap((answer): RenderedAnswer[] => {
       if (!isObject(answer)) return [];
-      const value = answerText(answer, definition);
-      const children = outline(asArray<QuestionnaireResponseItem>(answer.item), definitions);
+      const value = answerText(withValueSetDisplay(answer, definition, valueSets), definition);
+      const children = outline(asArray<QuestionnaireResponseItem>(answer.item), definitions, valueSets);
       return value || children.length ? [{ value, children }] : [];
     });
-    const children = outline(asArray<QuestionnaireResponseItem>(item.item), definitions);
+    const children = outline(asArray<QuestionnaireResponseItem>(item.item), definitions, valueSets);
     if (answers.length === 0)
       return children.length ? [{ linkId, node: { kind: 'group', label, children } }] : [];
     // A question with child items of its own (not valid FHIR, but seen): keep them under its last answer.
@@ -131,6 +152,26 @@ const outline = (
     seen.set(linkId, n);
     return { ...node, label: `${node.label} ${n}` };
   });
+};
+
+/** A coded answer without a display, given the display its item's answerValueSet has for the code. */
+const withValueSetDisplay = (
+  answer: QuestionnaireResponseAnswer,
+  definition: QuestionnaireItem | undefined,
+  valueSets: ReadonlyMap<string, readonly Coding[]>,
+): QuestionnaireResponseAnswer => {
+  const coding = answer.valueCoding;
+  if (!isObject(coding) || (typeof coding.display === 'string' && coding.display.trim())) return answer;
+  const canonical = definition?.answerValueSet;
+  if (typeof canonical !== 'string') return answer;
+  const found = valueSets
+    .get(canonical)
+    ?.find(
+      (c) =>
+        c.code === coding.code &&
+        (coding.system === undefined || c.system === undefined || c.system === coding.system),
+    );
+  return found?.display ? { ...answer, valueCoding: { ...coding, display: found.display } } : answer;
 };
 
 /**

@@ -65,6 +65,13 @@ const CONTENT: Record<ResourceType, Content> = {
     subject: { reference: 'Patient/3' },
   },
   ValueSet: { url: 'https://example.org/vs/severity', status: 'active' },
+  Observation: { status: 'final', code: { text: 'weight' }, subject: { reference: 'Patient/3' } },
+  Condition: { subject: { reference: 'Patient/3' }, code: { text: 'asthma' } },
+  MedicationStatement: { status: 'recorded', medication: { concept: { text: 'salbutamol' } } },
+  Medication: { code: { text: 'salbutamol' }, status: 'active' },
+  AllergyIntolerance: { patient: { reference: 'Patient/3' }, code: { text: 'peanut' } },
+  Immunization: { status: 'completed', vaccineCode: { text: 'MMR' }, patient: { reference: 'Patient/3' } },
+  DocumentReference: { status: 'current', content: [{ attachment: { title: 'letter' } }] },
 };
 
 const EXPECTED_NAMES: Record<ResourceType, readonly [string, string, string, string?]> = {
@@ -80,6 +87,17 @@ const EXPECTED_NAMES: Record<ResourceType, readonly [string, string, string, str
     'QuestionnaireResponseSubmitted',
   ],
   ValueSet: ['ValueSetCreated', 'ValueSetUpdated', 'ValueSetDeleted'],
+  Observation: ['ObservationCreated', 'ObservationUpdated', 'ObservationDeleted'],
+  Condition: ['ConditionCreated', 'ConditionUpdated', 'ConditionDeleted'],
+  MedicationStatement: [
+    'MedicationStatementCreated',
+    'MedicationStatementUpdated',
+    'MedicationStatementDeleted',
+  ],
+  Medication: ['MedicationCreated', 'MedicationUpdated', 'MedicationDeleted'],
+  AllergyIntolerance: ['AllergyIntoleranceCreated', 'AllergyIntoleranceUpdated', 'AllergyIntoleranceDeleted'],
+  Immunization: ['ImmunizationCreated', 'ImmunizationUpdated', 'ImmunizationDeleted'],
+  DocumentReference: ['DocumentReferenceCreated', 'DocumentReferenceUpdated', 'DocumentReferenceDeleted'],
 };
 
 describe('resource decider', () => {
@@ -92,6 +110,13 @@ describe('resource decider', () => {
       'Questionnaire',
       'QuestionnaireResponse',
       'ValueSet',
+      'Observation',
+      'Condition',
+      'MedicationStatement',
+      'Medication',
+      'AllergyIntolerance',
+      'Immunization',
+      'DocumentReference',
     ]);
   });
 
@@ -510,6 +535,13 @@ describe('resource decider', () => {
         'Questionnaire-12',
         'QuestionnaireResponse-12',
         'ValueSet-12',
+        'Observation-12',
+        'Condition-12',
+        'MedicationStatement-12',
+        'Medication-12',
+        'AllergyIntolerance-12',
+        'Immunization-12',
+        'DocumentReference-12',
       ]);
     });
   });

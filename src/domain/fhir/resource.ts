@@ -1,6 +1,8 @@
 /**
- * One decider for every FHIR resource casebook stores (issue 3; docs/interface.md §2.5–2.6, §4.3): Patient,
- * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse, ValueSet. Stream `<type>-<id>`.
+ * One decider for every FHIR resource casebook stores (issue 3; docs/interface.md §2.5–2.7, §4.3): Patient,
+ * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse, ValueSet, and the clinical
+ * resources pre-population reads (issue 35: Observation, Condition, MedicationStatement,
+ * Medication, AllergyIntolerance, Immunization, DocumentReference). Stream `<type>-<id>`.
  *
  * Every event carries the resource's full content after it, so event n of a stream is version
  * n + 1 of the resource (`meta.versionId` = revision + 1) and history/vread fold the stream.
@@ -8,6 +10,24 @@
  * `TaskStatusChanged`, `QuestionnaireResponseSubmitted`, …
  */
 import { type Decider, DomainError, type Event } from '../decider.js';
+
+/**
+ * The clinical resources that pre-population reads (issue 35; docs/interface.md §2.7): stored as
+ * sent once they pass the R5 schema, searched by the parameters of the R5 definitions.
+ */
+export const CLINICAL_TYPES = [
+  'Observation',
+  'Condition',
+  'MedicationStatement',
+  'Medication',
+  'AllergyIntolerance',
+  'Immunization',
+  'DocumentReference',
+] as const;
+export type ClinicalType = (typeof CLINICAL_TYPES)[number];
+
+export const isClinicalType = (value: string): value is ClinicalType =>
+  (CLINICAL_TYPES as readonly string[]).includes(value);
 
 export const RESOURCE_TYPES = [
   'Patient',
@@ -17,6 +37,7 @@ export const RESOURCE_TYPES = [
   'Questionnaire',
   'QuestionnaireResponse',
   'ValueSet',
+  ...CLINICAL_TYPES,
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 
@@ -38,6 +59,16 @@ export interface ResourceEventNames {
    * `amended`, `entered-in-error`: src/domain/report/report.ts). Read as `statusChanged` events.
    */
   readonly statusEvents?: Readonly<Record<string, string>>;
+}
+
+/** `ObservationCreated`, `ObservationUpdated`, `ObservationDeleted`, … for each clinical type. */
+function clinicalEventNames(): Record<ClinicalType, ResourceEventNames> {
+  return Object.fromEntries(
+    CLINICAL_TYPES.map((type) => [
+      type,
+      { created: `${type}Created`, updated: `${type}Updated`, deleted: `${type}Deleted` },
+    ]),
+  ) as Record<ClinicalType, ResourceEventNames>;
 }
 
 export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
@@ -71,6 +102,7 @@ export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
     },
   },
   ValueSet: { created: 'ValueSetCreated', updated: 'ValueSetUpdated', deleted: 'ValueSetDeleted' },
+  ...clinicalEventNames(),
 };
 
 /** Every event type name of one resource type (its statusEvents included). */
@@ -87,16 +119,25 @@ export const eventTypesOf = (names: ResourceEventNames): string[] => [
 /** Which event a name is, for any resource type; undefined for other events. */
 export const resourceEventKind = (
   eventType: string,
-): { resourceType: ResourceType; kind: 'created' | 'updated' | 'deleted' | 'statusChanged' } | undefined => {
-  for (const resourceType of RESOURCE_TYPES) {
-    const names = EVENT_NAMES[resourceType];
-    for (const kind of ['created', 'updated', 'deleted', 'statusChanged'] as const)
-      if (names[kind] === eventType) return { resourceType, kind };
-    if (names.statusEvents && Object.values(names.statusEvents).includes(eventType))
-      return { resourceType, kind: 'statusChanged' };
-  }
-  return undefined;
-};
+): { resourceType: ResourceType; kind: 'created' | 'updated' | 'deleted' | 'statusChanged' } | undefined =>
+  EVENT_KINDS.get(eventType);
+
+/** Every resource event name → its type and kind (one lookup per event of a replay). */
+const EVENT_KINDS = new Map(
+  RESOURCE_TYPES.flatMap((resourceType) =>
+    (['created', 'updated', 'deleted', 'statusChanged'] as const).flatMap((kind) => {
+      const name = EVENT_NAMES[resourceType][kind];
+      return name === undefined ? [] : [[name, { resourceType, kind }] as const];
+    }),
+  ).concat(
+    // amended, entered-in-error: read as statusChanged (src/domain/report/report.ts).
+    RESOURCE_TYPES.flatMap((resourceType) =>
+      Object.values(EVENT_NAMES[resourceType].statusEvents ?? {}).map(
+        (name) => [name, { resourceType, kind: 'statusChanged' as const }] as const,
+      ),
+    ),
+  ),
+);
 
 export interface CreatedData {
   readonly id: number;

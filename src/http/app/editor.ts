@@ -21,6 +21,7 @@ import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types
 import { auditedWith, auditInline } from '../audit.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
 import { evaluationBudget } from '../edge/budget.js';
+import { assembledForUse } from '../sdc/assemble.js';
 import { formResolver, tenantResolver } from '../sdc/resolve.js';
 import { editorAssets, reportViewAssets } from './assets-route.js';
 import {
@@ -127,7 +128,8 @@ const loadReport = async (
       'QuestionnaireNotFound',
       `the form of this report (${canonical || 'none'}) is not available to you`,
     );
-  const q = questionnaire as unknown as Questionnaire;
+  // SDC modular forms (issue 35): a form that needs assembling is assembled first.
+  const q = await assembledForUse(questionnaire as unknown as Questionnaire, resolve);
   const resolved = await resolveAnswerValueSets(q, formResolver(casebook, page.principal, q));
   const choices = withStoredChoices(
     choicesOf(q, resolved, page.command.now),

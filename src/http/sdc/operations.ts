@@ -2,6 +2,7 @@
  * Every form-backend operation (issue 4; docs/interface.md §4.4–4.5): the table the form-backend
  * router mounts and the CapabilityStatement lists (issue 13: discoverable operations).
  */
+import { register as assemble } from './assemble.js';
 import { register as expand } from './expand.js';
 import { register as extract } from './extract.js';
 import { register as narrative } from './narrative.js';
@@ -29,6 +30,14 @@ export const SDC_OPERATIONS: readonly FhirOperation[] = [
     documentation:
       'SDC $populate (form backend): a QuestionnaireResponse pre-filled from the launch context.',
     register: populate,
+  },
+  {
+    resourceType: 'Questionnaire',
+    name: 'assemble',
+    definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/Questionnaire-assemble',
+    documentation:
+      'SDC modular forms: the fully inline Questionnaire of one with subQuestionnaires (assembleContext, linkIdPrefix).',
+    register: assemble,
   },
   {
     resourceType: 'QuestionnaireResponse',

@@ -9,6 +9,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ExportStatus } from '../../domain/export/export.js';
+import { MAX_ANSWER_BYTES, postBounded } from '../delivery/http-post.js';
 import { sanitizeOutsideText } from './outside-text.js';
 
 export interface HospitalIdentifier {
@@ -79,29 +80,10 @@ export const openSink = (url: string, options: SinkOptions = {}): Sink => {
 };
 
 /**
- * Most bytes of a sink's answer casebook reads: the HTTP status decides, the body is read only so
- * the connection can be reused, and an MLLP acknowledgement is a few hundred bytes. A receiver
- * that sends more (gigabytes, or bytes without end until the timeout) is cut off there: its answer
- * was buffered whole, and could exhaust the memory of the process.
+ * Most bytes of a sink's answer casebook reads (the HTTP answer and an MLLP acknowledgement): the
+ * shared bound of every outside delivery (integration/delivery/http-post.ts).
  */
-export const MAX_SINK_ANSWER_BYTES = 65_536;
-
-/** Reads and drops at most {@link MAX_SINK_ANSWER_BYTES} of an HTTP answer's body, then cancels the rest. */
-const discardBody = async (res: Response): Promise<void> => {
-  const reader = res.body?.getReader();
-  if (!reader) return;
-  let read = 0;
-  try {
-    while (read <= MAX_SINK_ANSWER_BYTES) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      read += value.byteLength;
-    }
-    await reader.cancel();
-  } catch {
-    // The body failed or was cut off: the status has already been received.
-  }
-};
+export const MAX_SINK_ANSWER_BYTES = MAX_ANSWER_BYTES;
 
 const identifierHeader = (i: HospitalIdentifier) => {
   const raw = `${i.system}|${i.value}`;
@@ -130,24 +112,8 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
         headers['X-Patient-Identifier'] = identifierHeader(report.patientIdentifier);
       if (report.encounterIdentifier)
         headers['X-Encounter-Identifier'] = identifierHeader(report.encounterIdentifier);
-      // One controller with a plain timer: a signal from AbortSignal.any over AbortSignal.timeout
-      // can be garbage-collected before it fires, and a hanging sink then holds the delivery for ever.
-      const controller = new AbortController();
-      const timer = setTimeout(
-        () => controller.abort(new DOMException(`no answer within ${timeoutMs} ms`, 'TimeoutError')),
-        timeoutMs,
-      );
-      const stop = () => controller.abort(signal?.reason);
-      signal?.addEventListener('abort', stop, { once: true });
-      let res: Response;
-      try {
-        res = await fetch(target, { method: 'POST', headers, body: report.text, signal: controller.signal });
-        await discardBody(res);
-      } finally {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', stop);
-      }
-      if (!res.ok) throw new Error(`HTTP ${res.status} from the export sink`);
+      const status = await postBounded(target, { headers, body: report.text, timeoutMs, signal });
+      if (status < 200 || status > 299) throw new Error(`HTTP ${status} from the export sink`);
     },
   };
 };
