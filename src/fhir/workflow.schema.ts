@@ -1,7 +1,15 @@
 /** zod schemas of Task (docs/interface.md §2.6, §3.2), Questionnaire and QuestionnaireResponse (docs/interface.md §2.6). */
 import { z } from 'zod';
 import { questionnaireProblems } from '../sdc/engine/definition-rules.js';
-import { codeableConcept, defined, envelope, fhirDateTime, identifiers, reference } from './common.schema.js';
+import {
+  anyIdentifierList,
+  anyIdentifiers,
+  codeableConcept,
+  defined,
+  envelope,
+  fhirDateTime,
+  reference,
+} from './common.schema.js';
 
 /** docs/interface.md §2.6: the Task statuses casebook works with. */
 export const taskStatus = z.enum(['draft', 'ready', 'in-progress', 'completed', 'failed']);
@@ -14,7 +22,7 @@ const parameter = z
 
 const taskFields = {
   ...envelope('Task'),
-  identifier: identifiers.optional(),
+  identifier: anyIdentifierList.optional(),
   status: taskStatus,
   intent: z.enum([
     'unknown',
@@ -46,7 +54,8 @@ const strip = <T extends { resourceType: unknown; id?: unknown; meta?: unknown }
   ...content
 }: T) => defined(content);
 
-export const taskSchema = z.object(taskFields).strip().transform(strip);
+/** Task (issue 35): every R5 element is stored; the R5 schema checks them (src/fhir/definitions.ts). */
+export const taskSchema = z.object(taskFields).passthrough().transform(strip);
 
 /** Questionnaire items, recursively: linkId and type are required; everything else is kept. */
 const questionnaireItem: z.ZodType<Record<string, unknown>> = z.lazy(() =>
@@ -81,7 +90,7 @@ export const questionnaireSchema = z
     ...envelope('Questionnaire'),
     url: z.string().url().optional(),
     version: z.string().optional(),
-    identifier: identifiers.optional(),
+    identifier: anyIdentifiers.optional(),
     name: z.string().optional(),
     title: z.string().optional(),
     status: z.enum(['draft', 'active', 'retired', 'unknown']),
@@ -120,7 +129,7 @@ const responseItem: z.ZodType<Record<string, unknown>> = z.lazy(() =>
 export const questionnaireResponseSchema = z
   .object({
     ...envelope('QuestionnaireResponse'),
-    identifier: identifiers.optional(),
+    identifier: anyIdentifiers.optional(),
     questionnaire: z.string().min(1, 'questionnaire (a canonical URL) is required'),
     status: z.enum(['in-progress', 'completed', 'amended', 'entered-in-error', 'stopped']),
     subject: reference('Patient').optional(),
@@ -129,7 +138,8 @@ export const questionnaireResponseSchema = z
     authored: fhirDateTime.optional(),
     item: z.array(responseItem).optional(),
   })
-  .strip()
+  // Issue 35: every R5 element is stored; the R5 schema checks them (src/fhir/definitions.ts).
+  .passthrough()
   .transform(strip);
 
 /** A ValueSet's concepts and compose (for ValueSet $expand, issue 4); other elements are kept. */
@@ -140,7 +150,7 @@ export const valueSetSchema = z
     ...envelope('ValueSet'),
     url: z.string().url().optional(),
     version: z.string().optional(),
-    identifier: identifiers.optional(),
+    identifier: anyIdentifiers.optional(),
     name: z.string().optional(),
     title: z.string().optional(),
     status: z.enum(['draft', 'active', 'retired', 'unknown']),
