@@ -28,6 +28,8 @@ export const seedSchema = z
           ehr_managed: z.boolean().default(false),
           allowed_scopes: scopeText.default([]),
           redirect_origins: z.array(z.string()).default([]),
+          /** Origins Subscription endpoints may use (issue 37), besides SUBSCRIPTION_ALLOWED_ORIGINS. */
+          subscription_origins: z.array(z.string()).optional(),
           clients: z
             .array(
               z
@@ -202,6 +204,7 @@ export const applySeed = async (casebook: SeedTarget, seed: Seed): Promise<SeedR
         ehrManaged: t.ehr_managed,
         allowedScopes: t.allowed_scopes,
         redirectOrigins: t.redirect_origins,
+        subscriptionOrigins: t.subscription_origins ?? [],
       },
       { ensure: true },
     );

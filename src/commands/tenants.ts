@@ -56,6 +56,11 @@ const tenantSettings = (input: TenantSettings): TenantSettings => ({
   ehrManaged: input.ehrManaged,
   allowedScopes: validateScopes(input.allowedScopes, 'allowed_scopes'),
   redirectOrigins: input.redirectOrigins.map((o) => normaliseOrigin(o, 'redirect_origins')),
+  ...(input.subscriptionOrigins?.length
+    ? {
+        subscriptionOrigins: input.subscriptionOrigins.map((o) => normaliseOrigin(o, 'subscription_origins')),
+      }
+    : {}),
 });
 
 /**

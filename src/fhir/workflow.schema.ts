@@ -1,6 +1,5 @@
 /** zod schemas of Task (docs/interface.md §2.6, §3.2), Questionnaire and QuestionnaireResponse (docs/interface.md §2.6). */
 import { z } from 'zod';
-import { questionnaireProblems } from '../sdc/engine/definition-rules.js';
 import {
   anyIdentifierList,
   anyIdentifiers,
@@ -97,12 +96,8 @@ export const questionnaireSchema = z
     item: z.array(questionnaireItem).optional(),
   })
   .passthrough()
-  // The R5 invariants and item rules (issue 35): one implementation, shared with $validate.
-  .superRefine((questionnaire, ctx) => {
-    for (const problem of questionnaireProblems(questionnaire))
-      if (problem.severity === 'error')
-        ctx.addIssue({ code: 'custom', path: [...problem.path], message: problem.diagnostics });
-  })
+  // The R5 invariants and item rules (issue 35) are checked on the write path
+  // (src/commands/fhir.ts parseContent): they are the form engine's, a floor above (docs/architecture.md "Layers").
   .transform(strip);
 
 /** QuestionnaireResponse items, recursively (docs/interface.md §2.6: linkId, text, answer with value[x]). */

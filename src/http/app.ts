@@ -94,7 +94,8 @@ export const createHttpApp = (casebook: Casebook): Koa => {
       if (outcome?.location) ctx.set('Location', `${casebook.config.fhirUrl}/${outcome.location}`);
       if (outcome) sendOutcome(ctx, outcome.status, outcome.issues);
       else sendOutcome(ctx, 500, [{ severity: 'fatal', code: 'exception', diagnostics: internal }]);
-    } else if (isApp(ctx.path))
+    } else if (isApp(ctx.path) && ctx.accepts('text/html', 'application/json') !== 'application/json')
+      // docs/interface.md §1.3: the editor's own fetches (Accept: application/json) get problem+json.
       sendErrorPage(ctx, problem?.status ?? 500, problem?.detail ?? internal, problem?.code);
     else sendProblem(ctx, problem ?? { status: 500, code: 'InternalError', detail: internal });
   };

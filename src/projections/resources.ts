@@ -10,7 +10,7 @@ import { bumpSequence } from '../db/sequences.js';
 import type { Row, Sql } from '../db/sql.js';
 import { comparableIdentifier, comparableText } from '../domain/clinical/identifier.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
-import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
+import { EVENT_NAMES, eventTypesOf, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
@@ -258,9 +258,7 @@ END
 $fn$`;
 
 /** Every resource event type (Patient, Encounter, …), from the decider's names. */
-const RESOURCE_EVENT_TYPES = new Set(
-  Object.values(EVENT_NAMES).flatMap((names) => Object.values(names) as string[]),
-);
+const RESOURCE_EVENT_TYPES = new Set(Object.values(EVENT_NAMES).flatMap(eventTypesOf));
 
 export const resourcesProjection: Projection = {
   name: 'resources',

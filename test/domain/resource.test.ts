@@ -426,14 +426,26 @@ describe('resource decider', () => {
           .then([changed('QuestionnaireResponseUpdated', answered)]);
       });
 
-      it('decides QuestionnaireResponseUpdated for a status change other than to completed', () => {
+      it('decides QuestionnaireResponseAmended and …EnteredInError for those statuses (issue 32)', () => {
         const amended = { ...completed, status: 'amended' };
-        given(decider, [
+        const history = [
           created('QuestionnaireResponse', inProgress),
           changed('QuestionnaireResponseSubmitted', completed, UPDATED_AT, 'in-progress'),
-        ])
+        ];
+        given(decider, history)
           .when(update(amended, LATER))
-          .then([changed('QuestionnaireResponseUpdated', amended, LATER)]);
+          .then([changed('QuestionnaireResponseAmended', amended, LATER, 'completed')]);
+        const retracted = { ...completed, status: 'entered-in-error' };
+        given(decider, history)
+          .when(update(retracted, LATER))
+          .then([changed('QuestionnaireResponseEnteredInError', retracted, LATER, 'completed')]);
+        expect(resourceEventKind('QuestionnaireResponseAmended')).to.deep.equal({
+          resourceType: 'QuestionnaireResponse',
+          kind: 'statusChanged',
+        });
+      });
+
+      it('decides QuestionnaireResponseUpdated for another status change (stopped)', () => {
         given(decider, [created('QuestionnaireResponse', inProgress)])
           .when(update({ ...inProgress, status: 'stopped' }))
           .then([changed('QuestionnaireResponseUpdated', { ...inProgress, status: 'stopped' })]);
@@ -482,7 +494,8 @@ describe('resource decider', () => {
     for (const resourceType of RESOURCE_TYPES) {
       const [createdName, updatedName, deletedName, statusName] = EXPECTED_NAMES[resourceType];
       it(`names the events of ${resourceType}`, () => {
-        expect(EVENT_NAMES[resourceType]).to.deep.equal({
+        const { statusEvents: _statusEvents, ...names } = EVENT_NAMES[resourceType];
+        expect(names).to.deep.equal({
           created: createdName,
           updated: updatedName,
           deleted: deletedName,

@@ -462,6 +462,36 @@ for (const database of testDatabases) {
             REFUSED,
           ),
         ],
+        // $assemble reads Questionnaires only: whatever it answers, it shows nothing of P2.
+        'sdc POST /Questionnaire/$assemble': [
+          send(
+            'POST',
+            'sdc',
+            '/Questionnaire/$assemble',
+            {
+              resourceType: 'Parameters',
+              parameter: [
+                {
+                  name: 'questionnaire',
+                  valueReference: { reference: `QuestionnaireResponse/${p2.response}` },
+                },
+              ],
+            },
+            'shows',
+          ),
+        ],
+        'sdc POST /Questionnaire/:id/$assemble': [
+          send(
+            'POST',
+            'sdc',
+            `/Questionnaire/${given.questionnaire}/$assemble`,
+            { resourceType: 'Parameters' },
+            'shows',
+          ),
+        ],
+        'sdc GET /Questionnaire/:id/$assemble': [
+          get('sdc', `/Questionnaire/${given.questionnaire}/$assemble`, 'shows'),
+        ],
         'sdc POST /QuestionnaireResponse/$validate': [
           send('POST', 'sdc', '/QuestionnaireResponse/$validate', aboutP2, 'shows'),
         ],

@@ -54,6 +54,11 @@ export interface ResourceEventNames {
   readonly deleted: string;
   /** A status change gets its own event (Task, QuestionnaireResponse → completed). */
   readonly statusChanged?: string;
+  /**
+   * Status changes with an event of their own, by the status reached (QuestionnaireResponse →
+   * `amended`, `entered-in-error`: src/domain/report/report.ts). Read as `statusChanged` events.
+   */
+  readonly statusEvents?: Readonly<Record<string, string>>;
 }
 
 /** `ObservationCreated`, `ObservationUpdated`, `ObservationDeleted`, … for each clinical type. */
@@ -90,10 +95,26 @@ export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
     updated: 'QuestionnaireResponseUpdated',
     deleted: 'QuestionnaireResponseDeleted',
     statusChanged: 'QuestionnaireResponseSubmitted',
+    statusEvents: {
+      completed: 'QuestionnaireResponseSubmitted',
+      amended: 'QuestionnaireResponseAmended',
+      'entered-in-error': 'QuestionnaireResponseEnteredInError',
+    },
   },
   ValueSet: { created: 'ValueSetCreated', updated: 'ValueSetUpdated', deleted: 'ValueSetDeleted' },
   ...clinicalEventNames(),
 };
+
+/** Every event type name of one resource type (its statusEvents included). */
+export const eventTypesOf = (names: ResourceEventNames): string[] => [
+  ...new Set([
+    names.created,
+    names.updated,
+    names.deleted,
+    ...(names.statusChanged ? [names.statusChanged] : []),
+    ...Object.values(names.statusEvents ?? {}),
+  ]),
+];
 
 /** Which event a name is, for any resource type; undefined for other events. */
 export const resourceEventKind = (
@@ -108,6 +129,13 @@ const EVENT_KINDS = new Map(
       const name = EVENT_NAMES[resourceType][kind];
       return name === undefined ? [] : [[name, { resourceType, kind }] as const];
     }),
+  ).concat(
+    // amended, entered-in-error: read as statusChanged (src/domain/report/report.ts).
+    RESOURCE_TYPES.flatMap((resourceType) =>
+      Object.values(EVENT_NAMES[resourceType].statusEvents ?? {}).map(
+        (name) => [name, { resourceType, kind: 'statusChanged' as const }] as const,
+      ),
+    ),
   ),
 );
 
@@ -127,6 +155,18 @@ export interface ChangedData {
   readonly at: string;
   /** On a status change: the status before. */
   readonly from?: string;
+  /**
+   * Who wrote a report version (`Practitioner/<id>`) and, for an amendment or entered in error,
+   * the clinician's stated reason (src/domain/report/report.ts).
+   */
+  readonly reason?: string;
+  readonly author?: string;
+}
+
+/** Why and by whom a version was written, kept in its event ({@link ChangedData}). */
+export interface ChangeNote {
+  readonly reason?: string;
+  readonly author?: string;
 }
 export interface DeletedData {
   readonly id: number;
@@ -158,7 +198,13 @@ export type ResourceCommand =
       readonly project?: string;
       readonly author?: string;
     }
-  | { readonly type: 'UpdateResource'; readonly resource: Content; readonly now: string }
+  | {
+      readonly type: 'UpdateResource';
+      readonly resource: Content;
+      readonly now: string;
+      /** Kept in the event: the reason of an amendment or of entered-in-error. */
+      readonly note?: ChangeNote;
+    }
   | { readonly type: 'DeleteResource'; readonly now: string };
 
 const statusOf = (content: Content): string | undefined =>
@@ -171,6 +217,25 @@ const canonical = (value: unknown): string =>
       ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)))
       : v,
   );
+
+/**
+ * The event type of an update of `resourceType` from status `before` to `after`: Task status
+ * changes are TaskStatusChanged (spec issue 3); a QuestionnaireResponse reaching `completed` is
+ * QuestionnaireResponseSubmitted, `amended` (also from `amended`) QuestionnaireResponseAmended, `entered-in-error`
+ * QuestionnaireResponseEnteredInError; anything else is the type's `updated` event.
+ */
+export const updateEventType = (
+  resourceType: ResourceType,
+  before: string | undefined,
+  after: string | undefined,
+): string => {
+  const names = EVENT_NAMES[resourceType];
+  if (names.statusChanged === undefined) return names.updated;
+  if (resourceType === 'Task') return before === after ? names.updated : names.statusChanged;
+  // A change to an amended response is another amendment (issue 32).
+  if (before === after && after !== 'amended') return names.updated;
+  return (after !== undefined ? names.statusEvents?.[after] : undefined) ?? names.updated;
+};
 
 /**
  * The decider of `resourceType`. Refusals: create on an existing stream (conflict), update or
@@ -199,6 +264,10 @@ export const resourceDecider = (
       }
       if (state.status === 'none') return state;
       if (event.type === names.updated || event.type === names.statusChanged) {
+        const d = event.data as ChangedData;
+        return { ...state, status: 'active', resource: d.resource, lastUpdated: d.at };
+      }
+      if (names.statusEvents && Object.values(names.statusEvents).includes(event.type)) {
         const d = event.data as ChangedData;
         return { ...state, status: 'active', resource: d.resource, lastUpdated: d.at };
       }
@@ -232,28 +301,25 @@ export const resourceDecider = (
             throw new DomainError('gone', 'ResourceDeleted', `${resourceType}/${state.id} was deleted`);
           if (canonical(state.resource) === canonical(command.resource)) return [];
           const before = statusOf(state.resource);
-          const after = statusOf(command.resource);
-          // spec issue 3: Task status changes are TaskStatusChanged events; a QuestionnaireResponse
-          // reaching `completed` is QuestionnaireResponseSubmitted.
-          const statusEvent =
-            names.statusChanged !== undefined &&
-            before !== after &&
-            (resourceType === 'Task' || after === 'completed');
-          if (statusEvent)
+          const type = updateEventType(resourceType, before, statusOf(command.resource));
+          const note = {
+            ...(command.note?.reason !== undefined ? { reason: command.note.reason } : {}),
+            ...(command.note?.author !== undefined ? { author: command.note.author } : {}),
+          };
+          if (type !== names.updated)
             return [
               {
-                type: names.statusChanged!,
+                type,
                 data: {
                   id: state.id,
                   resource: command.resource,
                   at: command.now,
                   ...(before ? { from: before } : {}),
+                  ...note,
                 },
               },
             ];
-          return [
-            { type: names.updated, data: { id: state.id, resource: command.resource, at: command.now } },
-          ];
+          return [{ type, data: { id: state.id, resource: command.resource, at: command.now, ...note } }];
         }
         case 'DeleteResource':
           if (state.status === 'none')

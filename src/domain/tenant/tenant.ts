@@ -10,6 +10,11 @@ export interface TenantSettings {
   readonly allowedScopes: readonly string[];
   /** Origins (`https://host[:port]`) that `next`, `post_submit_redirect` and `post_cancel_redirect` may use. */
   readonly redirectOrigins: readonly string[];
+  /**
+   * Origins Subscription endpoints may use (issue 37; seed `subscription_origins`), besides
+   * SUBSCRIPTION_ALLOWED_ORIGINS. Absent in tenants recorded before it.
+   */
+  readonly subscriptionOrigins?: readonly string[];
 }
 
 export type TenantEvent =
@@ -32,12 +37,15 @@ export type TenantCommand =
 const sameSettings = (a: TenantSettings, b: TenantSettings): boolean =>
   a.ehrManaged === b.ehrManaged &&
   JSON.stringify(a.allowedScopes) === JSON.stringify(b.allowedScopes) &&
-  JSON.stringify(a.redirectOrigins) === JSON.stringify(b.redirectOrigins);
+  JSON.stringify(a.redirectOrigins) === JSON.stringify(b.redirectOrigins) &&
+  JSON.stringify(a.subscriptionOrigins ?? []) === JSON.stringify(b.subscriptionOrigins ?? []);
 
 const settingsOf = (s: TenantSettings): TenantSettings => ({
   ehrManaged: s.ehrManaged,
   allowedScopes: [...s.allowedScopes],
   redirectOrigins: [...s.redirectOrigins],
+  // Only when given: tenants without subscription origins record what they did before issue 37.
+  ...(s.subscriptionOrigins?.length ? { subscriptionOrigins: [...s.subscriptionOrigins] } : {}),
 });
 
 export const tenantDecider: Decider<TenantCommand, Tenant, TenantEvent> = {

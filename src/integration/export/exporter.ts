@@ -23,7 +23,9 @@ import {
   type ExportCommand,
   exportDecider,
   exportKey,
+  exportStatusOf,
   exportStream,
+  legacyExportStatus,
   REPORT_EXPORT_QUEUED,
   type ReportExportQueuedData,
 } from '../../domain/export/export.js';
@@ -38,6 +40,7 @@ import { EXPORT_OUTBOX, type ReadModelNotices } from '../../queries/read-models.
 import { readResource, searchResources } from '../../queries/resources.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { jitteredBackoff, sleep } from '../delivery/schedule.js';
 import { failureReason } from './outside-text.js';
 import type { HospitalIdentifier, Report, Sink } from './sinks.js';
 
@@ -115,37 +118,8 @@ export interface ExportHealth {
   readonly warnings: readonly string[];
 }
 
-const sleep = (ms: number, signal: AbortSignal, wake?: (resolve: () => void) => () => void) =>
-  new Promise<void>((resolve) => {
-    let unwake = () => {};
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      unwake();
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-    if (wake) unwake = wake(done);
-  });
-
-/**
- * Ceiling of the delay before attempt `failed + 1` after `failed` failures: base · 2^(failed-1),
- * capped at `maxMs` (milliseconds).
- */
-export const backoff = (failed: number, baseMs: number, maxMs: number): number =>
-  Math.min(maxMs, baseMs * 2 ** Math.max(0, Math.min(failed - 1, 30)));
-
-/**
- * The delay before the next attempt, ms: full jitter — uniform in [0, {@link backoff}) — so
- * reports failing together do not retry together; at least 10 ms.
- */
-export const jitteredBackoff = (
-  failed: number,
-  baseMs: number,
-  maxMs: number,
-  random: () => number,
-): number => Math.max(10, Math.floor(random() * backoff(failed, baseMs, maxMs)));
+// Backoff and sleep are shared with the subscription notifier (integration/delivery/schedule.ts).
+export { backoff, jitteredBackoff } from '../delivery/schedule.js';
 
 /** Hex SHA-256 of the UTF-8 bytes of `text`. */
 export const sha256Hex = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
@@ -429,6 +403,7 @@ export class Exporter {
       ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
       ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
       ...(rendered.authored ? { authored: rendered.authored } : {}),
+      status: rendered.status,
       at: this.now().toISOString(),
     };
     await this.record(tenantId, { type: 'QueueExport', data }, `${responseId}-v${version}:queued`);
@@ -508,6 +483,7 @@ export class Exporter {
       version: row.version,
       authored: queued.authored,
       queuedAt: queued.at,
+      status: queued.status ?? legacyExportStatus(row.version),
     };
     metrics?.exportAttempts.inc({ sink: this.sink.label });
     let command: ExportCommand;
@@ -629,6 +605,7 @@ export class Exporter {
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,
+      status: exportStatusOf(resource.status),
     };
   }
 

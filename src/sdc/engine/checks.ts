@@ -152,10 +152,10 @@ const countOf = (def: ItemDefinition, url: string): number | undefined => {
 };
 
 /**
- * questionnaire-minOccurs/maxOccurs on a question's answers. minOccurs applies once the item is
- * answered (an unanswered item is `required`'s business).
+ * questionnaire-minOccurs/maxOccurs on a question's answers; minOccurs applies to an enabled item
+ * the response holds (one it leaves out is `required`'s business).
  */
-export const occursOfAnswers: NodeRule = (_engine, node) => {
+export const occursOfAnswers: NodeRule = (engine, node) => {
   const count = node.answers.length;
   const min = countOf(node.def, EXT_MIN_OCCURS);
   const max = countOf(node.def, EXT_MAX_OCCURS);
@@ -166,7 +166,7 @@ export const occursOfAnswers: NodeRule = (_engine, node) => {
       diagnostics: `${node.def.label} has ${count} answers, more than maxOccurs ${max}`,
       expression: `${node.path}.answer[${max}]`,
     };
-  if (min !== undefined && count > 0 && count < min)
+  if (min !== undefined && count < min && isEnabled(engine, node))
     return {
       code: 'structure',
       message: `Give at least ${min} answers.`,

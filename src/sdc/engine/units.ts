@@ -31,13 +31,18 @@ export const ucumCodeOf = (quantity: Record<string, unknown>): string | undefine
 /**
  * Compares two Quantities across UCUM units (the first converted to the second's unit).
  * @returns <0, 0 or >0 (the sign of a − b); undefined when either has no number, or their units
- *   are not both UCUM and commensurable (cm and kg).
+ *   are neither the same (system and code, else unit text) nor both UCUM and commensurable (cm, kg).
  */
 export const compareQuantities = (a: unknown, b: unknown): number | undefined => {
   if (!isObject(a) || !isObject(b) || typeof a.value !== 'number' || typeof b.value !== 'number')
     return undefined;
   const from = ucumCodeOf(a);
   const to = ucumCodeOf(b);
+  // Not UCUM, but the same unit named the same way (`Kg` and `Kg`): comparable as they are.
+  const sameText = (q: Record<string, unknown>) =>
+    `${String(q.system ?? '')}|${String(q.code ?? q.unit ?? '')}`;
+  if ((from === undefined || to === undefined) && sameText(a) === sameText(b) && sameText(a) !== '|')
+    return Math.sign(a.value - b.value);
   if (from === undefined || to === undefined) return undefined;
   if (from === to) return Math.sign(a.value - b.value);
   const converted = ucumUtils().convertUnitTo(from, a.value, to);

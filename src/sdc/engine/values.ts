@@ -54,12 +54,20 @@ export const uriProblem = (text: string): string | undefined => {
 
 /**
  * Why `text` is not a valid literal reference (R5 Reference.reference): `Type/id` with an R5
- * resource type, an absolute URI (URL, urn:uuid, urn:oid) or `#id` of a contained resource.
+ * resource type, an absolute URI (URL, urn:uuid, urn:oid; a URL ending in `Type/id` names an R5
+ * type too) or `#id` of a contained resource.
  */
 export const referenceProblem = (text: string): string | undefined => {
   const uri = uriProblem(text);
   if (uri) return uri;
-  if (text.startsWith('#') || SCHEME.test(text)) return undefined;
+  if (text.startsWith('#') || text.startsWith('urn:')) return undefined;
+  if (SCHEME.test(text)) {
+    // An absolute RESTful URL ends in Type/id (or Type/id/_history/v): the type must be R5's.
+    const rest = /\/([A-Z][A-Za-z]+)\/[A-Za-z0-9\-.]{1,64}(?:\/_history\/[A-Za-z0-9\-.]{1,64})?$/.exec(text);
+    return rest && !R5_RESOURCE_TYPES.has(rest[1]!)
+      ? `names ${rest[1]}, which is not an R5 resource type`
+      : undefined;
+  }
   const relative = RELATIVE_REFERENCE.exec(text);
   if (!relative) return 'must be Type/id, an absolute URL or #id';
   return R5_RESOURCE_TYPES.has(relative[1]!)

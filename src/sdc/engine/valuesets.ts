@@ -8,20 +8,29 @@ import { arrayOf, EXT_UNIT_VALUE_SET, extensionValue, isObject } from './extensi
 
 /** The codes a ValueSet lists. */
 export interface ValueSetMembers {
-  readonly codes: readonly { readonly system: string | undefined; readonly code: string }[];
+  readonly codes: readonly {
+    readonly system: string | undefined;
+    readonly code: string;
+    /** The display the ValueSet gives the code, when it gives one. */
+    readonly display?: string;
+  }[];
   /** true when the ValueSet also includes codes it does not list (whole systems, filters, other ValueSets). */
   readonly open: boolean;
 }
 
 /** Every code a ValueSet lists, and whether it may hold more (compose without concept lists). */
 export const membersOf = (valueSet: Json): ValueSetMembers => {
-  const codes: { system: string | undefined; code: string }[] = [];
+  const codes: { system: string | undefined; code: string; display?: string }[] = [];
   let open = false;
   const walk = (contains: unknown): void => {
     for (const c of arrayOf<unknown>(contains)) {
       if (!isObject(c)) continue;
       if (typeof c.code === 'string')
-        codes.push({ system: typeof c.system === 'string' ? c.system : undefined, code: c.code });
+        codes.push({
+          system: typeof c.system === 'string' ? c.system : undefined,
+          code: c.code,
+          ...(typeof c.display === 'string' ? { display: c.display } : {}),
+        });
       walk(c.contains);
     }
   };
@@ -34,7 +43,12 @@ export const membersOf = (valueSet: Json): ValueSetMembers => {
       const system = typeof include.system === 'string' ? include.system : undefined;
       if (Array.isArray(include.concept))
         for (const c of include.concept)
-          if (isObject(c) && typeof c.code === 'string') codes.push({ system, code: c.code });
+          if (isObject(c) && typeof c.code === 'string')
+            codes.push({
+              system,
+              code: c.code,
+              ...(typeof c.display === 'string' ? { display: c.display } : {}),
+            });
       if (!Array.isArray(include.concept) || include.filter !== undefined || include.valueSet !== undefined)
         open = true;
     }

@@ -90,6 +90,20 @@ describe('answer constraints of the form engine (issue 35)', () => {
         'minQuantity',
       );
     });
+    it('compares quantities in the same non-UCUM unit text as they are (Kg)', async () => {
+      const kg = form({
+        linkId: 'w',
+        type: 'quantity',
+        extension: [{ url: `${SDC}sdc-questionnaire-maxQuantity`, valueQuantity: { value: 5, unit: 'Kg' } }],
+      });
+      expectValid(await run(kg, answered('w', { valueQuantity: { value: 4, unit: 'Kg' } })));
+      expectError(
+        await run(kg, answered('w', { valueQuantity: { value: 10, unit: 'Kg' } })),
+        'value QuestionnaireResponse.item[0].answer[0]',
+        'w',
+        'maxQuantity',
+      );
+    });
     it('refuses a unit of another dimension (kg against mm)', async () => {
       expectError(
         await run(size, answered('size', qty(3, 'kg'))),
@@ -153,6 +167,12 @@ describe('answer constraints of the form engine (issue 35)', () => {
         'structure QuestionnaireResponse.item[0]',
         'tags',
         'minOccurs 2',
+      );
+      expectError(
+        await run(q, { linkId: 'tags' }),
+        'structure QuestionnaireResponse.item[0]',
+        'tags',
+        'has 0 answers',
       );
     });
     it('counts the instances of a repeating group', async () => {
@@ -279,6 +299,12 @@ describe('answer constraints of the form engine (issue 35)', () => {
     it('refuses a reference to an unknown resource type (Chicken/x) and malformed ones', async () => {
       expectError(
         await run(ref, answered('who', { valueReference: { reference: 'Chicken/x' } })),
+        'value QuestionnaireResponse.item[0].answer[0]',
+        'who',
+        'Chicken',
+      );
+      expectError(
+        await run(ref, answered('who', { valueReference: { reference: 'https://example.org/Chicken/x' } })),
         'value QuestionnaireResponse.item[0].answer[0]',
         'who',
         'Chicken',
