@@ -1656,11 +1656,13 @@ for (const database of testDatabases) {
           'Immunization',
           'DocumentReference',
           'AuditEvent',
+          'Subscription',
+          'SubscriptionTopic',
         ]);
         const byType = Object.fromEntries(rest.resource.map((r: any) => [r.type, r]));
         // Issue 13: the operations are discoverable, with their definitions.
         const operations = (type: string) => (byType[type].operation ?? []).map((o: any) => o.name);
-        expect(operations('Questionnaire')).to.deep.equal(['populate']);
+        expect(operations('Questionnaire')).to.deep.equal(['populate', 'assemble']);
         expect(operations('QuestionnaireResponse')).to.deep.equal([
           'validate',
           'generate-narrative',
