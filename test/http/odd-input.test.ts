@@ -118,13 +118,14 @@ for (const database of testDatabases) {
     });
 
     it('opens and saves a report whose linkIds and enableWhen questions are JavaScript property names', async () => {
-      const questionnaire = await fhir(app, 'POST', '/Questionnaire', {
+      const form = (extra: object[]) => ({
         body: {
           resourceType: 'Questionnaire',
           url: `https://forms.example/${unique('props')}`,
           status: 'active',
           title: 'Property names',
           item: [
+            ...extra,
             { linkId: 'valueOf', text: 'Value of', type: 'boolean' },
             {
               linkId: 'constructor',
@@ -154,6 +155,21 @@ for (const database of testDatabases) {
           ],
         },
       });
+      // An enableWhen on a question that is no item's linkId but a property of every object is
+      // refused when the form is stored (issue 35, Questionnaire rules), naming the item…
+      const refused = await fhir(app, 'POST', '/Questionnaire', form([]));
+      expect(refused.status, JSON.stringify(refused.body)).to.equal(422);
+      expect(JSON.stringify(refused.body)).to.include('isPrototypeOf');
+      // …and with those questions present, every name is a linkId like any other.
+      const questionnaire = await fhir(
+        app,
+        'POST',
+        '/Questionnaire',
+        form([
+          { linkId: 'toString', text: 'To string', type: 'string' },
+          { linkId: 'isPrototypeOf', text: 'Is prototype of', type: 'string' },
+        ]),
+      );
       expect(questionnaire.status, JSON.stringify(questionnaire.body)).to.equal(201);
       const patientId = await newPatient(app);
       const task = await newTask(app, patientId);
@@ -179,8 +195,11 @@ for (const database of testDatabases) {
       for (const linkId of ['valueOf', 'constructor', '__proto__', 'hasOwnProperty'])
         expect(html).to.include(`name="q:${linkId}"`);
 
+      const baseVersion = /name="base_version" value="(\d+)"/.exec(html)?.[1];
+      expect(baseVersion, 'the editor names its base version').to.be.a('string');
       const saved = await post(`/tasks/${task.id}/report`, [
         ['action', 'save'],
+        ['base_version', String(baseVersion)],
         ['q:valueOf', 'true'],
         ['q:constructor', 'built'],
         ['q:__proto__', 'proto'],

@@ -153,6 +153,8 @@ describe('report submission killed halfway (real process, PostgreSQL)', function
     );
     const form = {
       action: 'submit',
+      // The version the clinician's page was based on (issue 32): the response's first.
+      base_version: '1',
       'cb:tz': 'Z',
       'q:indication': 'Cough',
       'q:findings.lungs': 'clear',

@@ -94,9 +94,16 @@ for (const database of testDatabases) {
         { Origin: origin },
       );
       expect(started.status, await started.clone().text()).to.equal(303);
+      // Every save names the version it was based on (issue 32): the editor form's base_version.
+      const editor = await fetch(
+        `${app.casebook.config.appUrl.replace('localhost', '127.0.0.1')}/tasks/${taskId}/report`,
+        { headers: { Cookie: cookie } },
+      );
+      const baseVersion = /name="base_version" value="(\d+)"/.exec(await editor.text())?.[1];
+      expect(baseVersion, 'the editor names its base version').to.be.a('string');
       const saved = await post(
         `/tasks/${taskId}/report`,
-        { action: 'save', 'q:findings': 'clear' },
+        { action: 'save', base_version: String(baseVersion), 'q:findings': 'clear' },
         { 'Sec-Fetch-Site': 'same-origin' },
       );
       expect(saved.status, await saved.clone().text()).to.be.below(400);

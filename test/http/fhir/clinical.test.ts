@@ -1690,6 +1690,14 @@ for (const database of testDatabases) {
         expect(patient.status).to.equal(201);
         for (const r of rest.resource)
           for (const o of r.operation ?? []) {
+            if (r.type === 'Subscription') {
+              // $status and $events are instance-level (R5): the route exists (403 or 404 for an
+              // unknown Subscription, never 405); test/integration/subscriptions.test.ts runs them.
+              const unknown = await fhir(app, 'GET', `/${r.type}/1/$${o.name}`);
+              expect(unknown.status, `${r.type}/$${o.name}`).to.be.oneOf([403, 404]);
+              expect(unknown.body.resourceType, `${r.type}/$${o.name}`).to.equal('OperationOutcome');
+              continue;
+            }
             const answer =
               o.name === 'everything'
                 ? await fhir(app, 'GET', `/${r.type}/${patient.body.id}/$${o.name}`)
@@ -1697,7 +1705,16 @@ for (const database of testDatabases) {
             expect(answer.status, `${r.type}/$${o.name}`).to.not.be.oneOf([404, 405]);
           }
         expect(byType.AuditEvent.interaction.map((i: any) => i.code)).to.deep.equal(['read', 'search-type']);
-        for (const r of rest.resource.filter((x: any) => x.type !== 'AuditEvent')) {
+        expect(byType.SubscriptionTopic.interaction.map((i: any) => i.code)).to.deep.equal([
+          'read',
+          'search-type',
+        ]);
+        expect(byType.Subscription.interaction.map((i: any) => i.code).sort()).to.deep.equal(
+          ['create', 'delete', 'read', 'search-type', 'update'].sort(),
+        );
+        for (const r of rest.resource.filter(
+          (x: any) => !['AuditEvent', 'Subscription', 'SubscriptionTopic'].includes(x.type),
+        )) {
           expect(r.interaction.map((i: any) => i.code).sort(), r.type).to.deep.equal(
             [
               'create',
