@@ -1183,6 +1183,31 @@ for (const database of testDatabases) {
             }
           : {}),
       }));
+      // Questions no item has, that every object has (the 500 of issue 33), and a repeated
+      // linkId: such a form is refused when stored (issue 35, Questionnaire rules), naming each.
+      const orphanForm = await fhir(app, 'POST', '/Questionnaire', {
+        body: {
+          resourceType: 'Questionnaire',
+          url: `${PROPERTY_QUESTIONNAIRE_URL}-orphan`,
+          status: 'active',
+          item: [
+            ...propertyItems,
+            { linkId: 'group', type: 'group', repeats: true, item: [{ linkId: 'toString', type: 'string' }] },
+            {
+              linkId: 'orphan',
+              type: 'string',
+              enableBehavior: 'any',
+              enableWhen: [
+                { question: '__lookupSetter__', operator: '=', answerString: 'x' },
+                { question: 'then', operator: 'exists', answerBoolean: true },
+              ],
+            },
+          ],
+        },
+      });
+      expect(orphanForm.status, JSON.stringify(orphanForm.body)).to.equal(422);
+      for (const named of ['toString', '__lookupSetter__', 'then'])
+        expect(JSON.stringify(orphanForm.body)).to.include(named);
       const propertyForm = await fhir(app, 'POST', '/Questionnaire', {
         body: {
           resourceType: 'Questionnaire',
@@ -1191,16 +1216,11 @@ for (const database of testDatabases) {
           status: 'active',
           item: [
             ...propertyItems,
-            { linkId: 'group', type: 'group', repeats: true, item: [{ linkId: 'toString', type: 'string' }] },
             {
-              // Questions no item has, that every object has: the 500 of issue 33.
-              linkId: 'orphan',
-              type: 'string',
-              enableBehavior: 'any',
-              enableWhen: [
-                { question: '__lookupSetter__', operator: '=', answerString: 'x' },
-                { question: 'then', operator: 'exists', answerBoolean: true },
-              ],
+              linkId: 'group',
+              type: 'group',
+              repeats: true,
+              item: [{ linkId: 'toLocaleString', type: 'string' }],
             },
           ],
         },

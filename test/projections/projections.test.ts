@@ -410,6 +410,8 @@ const TABLE_KEYS: Readonly<Record<string, readonly string[]>> = {
   rm_resource_identifiers: ['resource_type', 'tenant_id', 'system', 'value', 'id'],
   rm_export_outbox: ['response_id', 'version_id'],
   rm_audit_events: ['id'],
+  rm_subscriptions: ['id'],
+  rm_subscription_notifications: ['subscription_id', 'event_number'],
 };
 
 type Row = Record<string, unknown>;
@@ -490,6 +492,9 @@ const resourceRow = (
   author: null,
   practitioner_ids: [],
   questionnaire: null,
+  // Patient, Encounter and Task are searched by written parameters: no R5-definition index (issue 35).
+  search_tokens: [],
+  search_dates: [],
 });
 
 const identifierRow = (resourceType: ResourceType, tenantId: number, identifier: Identifier, id: number) => ({
