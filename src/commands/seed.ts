@@ -28,6 +28,8 @@ export const seedSchema = z
           ehr_managed: z.boolean().default(false),
           allowed_scopes: scopeText.default([]),
           redirect_origins: z.array(z.string()).default([]),
+          /** The identifier system of the tenant's MRNs, shown in the patient banner (issue 32). */
+          mrn_system: z.string().min(1).optional(),
           clients: z
             .array(
               z
@@ -194,6 +196,7 @@ export const applySeed = async (casebook: Casebook, seed: Seed): Promise<SeedRep
         ehrManaged: t.ehr_managed,
         allowedScopes: t.allowed_scopes,
         redirectOrigins: t.redirect_origins,
+        ...(t.mrn_system ? { mrnSystem: t.mrn_system } : {}),
       },
       { ensure: true },
     );

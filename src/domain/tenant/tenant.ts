@@ -10,6 +10,11 @@ export interface TenantSettings {
   readonly allowedScopes: readonly string[];
   /** Origins (`https://host[:port]`) that `next`, `post_submit_redirect` and `post_cancel_redirect` may use. */
   readonly redirectOrigins: readonly string[];
+  /**
+   * The identifier system of the tenant's medical record numbers (issue 32: the patient banner
+   * shows the Patient's identifier of this system as the MRN; absent: the first identifier).
+   */
+  readonly mrnSystem?: string;
 }
 
 export type TenantEvent =
@@ -32,12 +37,14 @@ export type TenantCommand =
 const sameSettings = (a: TenantSettings, b: TenantSettings): boolean =>
   a.ehrManaged === b.ehrManaged &&
   JSON.stringify(a.allowedScopes) === JSON.stringify(b.allowedScopes) &&
-  JSON.stringify(a.redirectOrigins) === JSON.stringify(b.redirectOrigins);
+  JSON.stringify(a.redirectOrigins) === JSON.stringify(b.redirectOrigins) &&
+  a.mrnSystem === b.mrnSystem;
 
 const settingsOf = (s: TenantSettings): TenantSettings => ({
   ehrManaged: s.ehrManaged,
   allowedScopes: [...s.allowedScopes],
   redirectOrigins: [...s.redirectOrigins],
+  ...(s.mrnSystem ? { mrnSystem: s.mrnSystem } : {}),
 });
 
 export const tenantDecider: Decider<TenantCommand, Tenant, TenantEvent> = {
