@@ -18,6 +18,7 @@ RUN npm ci --omit=dev && npm cache clean --force
 
 COPY tsconfig.json ./
 COPY src ./src
+COPY scripts/copy-sql.mjs ./scripts/copy-sql.mjs
 # What `npm start` builds before it serves, done once here (as root, before USER node: /app is not
 # the node user's to write): the server runs compiled JavaScript (docs/architecture.md "Embedded
 # start").

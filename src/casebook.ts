@@ -20,6 +20,7 @@ import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
+import { SubscriptionNotifier } from './integration/subscriptions/notifier.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { allProjections } from './projections/index.js';
 import { ProjectionRunner, ReadModelUnavailable } from './projections/runner.js';
@@ -45,6 +46,8 @@ export interface Casebook {
   readonly sealer: BackgroundSealer | undefined;
   /** The report exporter, when EXPORT_SINK is set and this process runs it. */
   readonly exporter: Exporter | undefined;
+  /** The subscription notifier (issue 37), unless this process does not run it. */
+  readonly notifier: SubscriptionNotifier | undefined;
   /** The clock every command reads its `now` from (tests move it). */
   readonly clock: () => Date;
   /** A command context for a cause (tenant, actor, request). */
@@ -74,6 +77,8 @@ export interface OpenOptions {
    * (docs/architecture.md "Background thread"; `serve`; default false: in this thread).
    */
   readonly background?: boolean;
+  /** Run the subscription notifier in this process (default true; one process per database delivers). */
+  readonly subscriptions?: boolean;
   /** Run the report exporter in this process when EXPORT_SINK is set (default true). */
   readonly export?: boolean;
   /** The backlog choice of `casebook export --all | --skip-backlog | --since` (overrides EXPORT_BACKLOG). */
@@ -187,6 +192,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   }
   thread?.start();
   let exporter: Exporter | undefined;
+  let notifier: SubscriptionNotifier | undefined;
   let sealer: BackgroundSealer | undefined;
   if (options.seal) {
     if (thread) sealer = thread;
@@ -223,6 +229,9 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     get exporter() {
       return exporter;
     },
+    get notifier() {
+      return notifier;
+    },
     clock,
     context: (cause) => ({
       store,
@@ -251,6 +260,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     }),
     close: async () => {
       await exporter?.stop();
+      await notifier?.stop();
       await (thread ?? sealer)?.stop();
       await keeper?.stop();
       await audit?.drain();
@@ -278,6 +288,22 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     });
     await exporter.prepare();
     exporter.start();
+  }
+  if (options.subscriptions !== false && options.project !== false) {
+    const s = config.subscriptions;
+    notifier = new SubscriptionNotifier(casebook, {
+      base: config.fhirUrl,
+      allowedOrigins: s.allowedOrigins,
+      concurrency: s.concurrency,
+      timeoutMs: s.timeoutMs,
+      retryBaseMs: s.retryBaseMs,
+      retryMaxMs: s.retryMaxMs,
+      errorAfterMs: s.errorAfterMs,
+      pollMs: s.pollMs,
+      now: clock,
+    });
+    await notifier.migrate();
+    notifier.start();
   }
   return casebook;
 };

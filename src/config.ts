@@ -79,6 +79,13 @@ const schema = z.object({
   EXPORT_RETRY_MAX_MS: z.coerce.number().int().min(1).max(86_400_000).default(300_000),
   EXPORT_PENDING_WARN_AFTER: z.string().default('15m'),
   EXPORT_BACKLOG: z.string().optional(),
+  SUBSCRIPTION_ALLOWED_ORIGINS: list,
+  SUBSCRIPTION_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
+  SUBSCRIPTION_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(10_000),
+  SUBSCRIPTION_RETRY_BASE_MS: z.coerce.number().int().min(1).max(3_600_000).default(1000),
+  SUBSCRIPTION_RETRY_MAX_MS: z.coerce.number().int().min(1).max(86_400_000).default(60_000),
+  SUBSCRIPTION_ERROR_AFTER: z.string().default('10m'),
+  SUBSCRIPTION_POLL_MS: z.coerce.number().int().min(10).max(60_000).default(1000),
   LAUNCHER_CLIENT_ID: z.string().optional(),
   LAUNCHER_CLIENT_SECRET: z.string().optional(),
   LAUNCHER_SHARED_SECRET: list,
@@ -145,6 +152,22 @@ export interface Config {
     readonly pendingWarnAfterMs: number;
     /** EXPORT_BACKLOG: what to do with reports older than the sink configuration; undefined = hold them. */
     readonly backlog: { readonly choice: 'all' | 'skip' | 'since'; readonly since?: string } | undefined;
+  };
+  /** FHIR R5 Subscriptions (issue 37; docs/architecture.md "Subscriptions"): destinations and delivery. */
+  readonly subscriptions: {
+    /** Origins every tenant's Subscription endpoints may use (SUBSCRIPTION_ALLOWED_ORIGINS), besides the tenant's own. */
+    readonly allowedOrigins: readonly string[];
+    /** Subscriptions delivered to at once at most (one request in flight per subscription). */
+    readonly concurrency: number;
+    /** Bound of one delivery request, milliseconds (a Subscription's `timeout` may shorten it). */
+    readonly timeoutMs: number;
+    /** Ceiling of the first retry delay and cap of the ceilings, milliseconds (full jitter below them). */
+    readonly retryBaseMs: number;
+    readonly retryMaxMs: number;
+    /** Milliseconds of failing deliveries after which the status becomes `error` (retries go on). */
+    readonly errorAfterMs: number;
+    /** How often the log and the due deliveries are looked at without a wake, milliseconds. */
+    readonly pollMs: number;
   };
   /** The hospital launcher (docs/interface.md §1.6, §4.6): its client credentials and identifier systems. */
   readonly launcher: {
@@ -266,6 +289,15 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
       retryMaxMs: e.EXPORT_RETRY_MAX_MS,
       pendingWarnAfterMs: parseDuration(e.EXPORT_PENDING_WARN_AFTER, 'EXPORT_PENDING_WARN_AFTER'),
       backlog: e.EXPORT_BACKLOG ? parseBacklogChoice(e.EXPORT_BACKLOG) : undefined,
+    },
+    subscriptions: {
+      allowedOrigins: e.SUBSCRIPTION_ALLOWED_ORIGINS.map((o) => new URL(o).origin),
+      concurrency: e.SUBSCRIPTION_CONCURRENCY,
+      timeoutMs: e.SUBSCRIPTION_TIMEOUT_MS,
+      retryBaseMs: e.SUBSCRIPTION_RETRY_BASE_MS,
+      retryMaxMs: e.SUBSCRIPTION_RETRY_MAX_MS,
+      errorAfterMs: parseDuration(e.SUBSCRIPTION_ERROR_AFTER, 'SUBSCRIPTION_ERROR_AFTER'),
+      pollMs: e.SUBSCRIPTION_POLL_MS,
     },
     launcher: {
       clientId: e.LAUNCHER_CLIENT_ID || undefined,

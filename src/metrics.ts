@@ -26,6 +26,15 @@ export interface Metrics {
   /** Report versions waiting for delivery, and the age of the oldest, seconds. */
   readonly exportPending: Gauge;
   readonly exportOldestPendingSeconds: Gauge;
+  /** Subscription requests by outcome: handshake, delivered, failed (issue 37). */
+  readonly subscriptionDeliveries: Counter<'outcome'>;
+  /** Seconds from a change being recorded to its notification's delivery. */
+  readonly subscriptionDeliveryLagSeconds: Histogram;
+  /** Notifications decided and not yet delivered, and the age of the oldest, seconds. */
+  readonly subscriptionPending: Gauge;
+  readonly subscriptionOldestPendingSeconds: Gauge;
+  /** Subscriptions whose status is `error`. */
+  readonly subscriptionsInError: Gauge;
   /** Client-secret checks by result: valid, invalid, throttled (429), busy (503). */
   readonly clientSecretChecks: Counter<'result'>;
   /** scrypt hashes run to check client secrets (concurrent checks of one secret share one). */
@@ -110,6 +119,33 @@ export const createMetrics = (): Metrics => {
     exportOldestPendingSeconds: new Gauge({
       name: 'casebook_export_oldest_pending_seconds',
       help: 'Age of the oldest report version waiting for delivery, seconds',
+      registers: [registry],
+    }),
+    subscriptionDeliveries: new Counter({
+      name: 'casebook_subscription_deliveries_total',
+      help: 'Subscription requests by outcome (handshake, delivered, failed)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    subscriptionDeliveryLagSeconds: new Histogram({
+      name: 'casebook_subscription_delivery_lag_seconds',
+      help: 'Seconds from a change being recorded to the delivery of its notification',
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
+      registers: [registry],
+    }),
+    subscriptionPending: new Gauge({
+      name: 'casebook_subscription_pending',
+      help: 'Subscription notifications decided and not yet delivered',
+      registers: [registry],
+    }),
+    subscriptionOldestPendingSeconds: new Gauge({
+      name: 'casebook_subscription_oldest_pending_seconds',
+      help: 'Age of the oldest undelivered subscription notification, seconds',
+      registers: [registry],
+    }),
+    subscriptionsInError: new Gauge({
+      name: 'casebook_subscriptions_in_error',
+      help: 'Subscriptions whose status is error (their endpoint has failed longer than SUBSCRIPTION_ERROR_AFTER)',
       registers: [registry],
     }),
   };

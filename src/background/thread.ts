@@ -3,7 +3,7 @@
  * sealer of the tamper-evident log, the follower of the deferred projections (the AuditEvent
  * view) and the keeper of planner statistics run in a worker thread with their own small pool on the same schema, so that reading the
  * log, canonicalising, hashing and indexing every event costs the serving thread nothing (together
- * 5–15 % of its work under a load of audited reads, bench/README.md). A thread that ends
+ * 5–15 % of its work under a load of audited reads, docs/performance.md "Background thread"). A thread that ends
  * unexpectedly is started again after a second.
  */
 import { once } from 'node:events';

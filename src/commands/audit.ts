@@ -17,7 +17,7 @@ const MAX_BATCH = 500;
 /**
  * Appends running at once. One: records gather while a batch is appended, so batches grow with
  * the load and an append's fixed cost is shared by more reads (with one event per batch, measured
- * on 2 cores: ~8 records a batch and +30–40 % audited GETs over two in flight; bench/README.md).
+ * on 2 cores: ~8 records a batch and +30–40 % audited GETs over two in flight; docs/performance.md "Audit trail: one batch in flight").
  */
 const MAX_IN_FLIGHT = 1;
 

@@ -5,8 +5,10 @@
  * transaction Bundle, the app host and the launcher all write through these, so a resource is
  * checked and stored the same way whichever host wrote it.
  */
+import { ZodError } from 'zod';
 import { DomainError } from '../domain/decider.js';
 import {
+  type ChangeNote,
   type Content,
   type ResourceState,
   type ResourceType,
@@ -21,9 +23,17 @@ import {
 } from '../fhir/access.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { compartmentOf } from '../fhir/references.js';
-import { PROJECT_TAG_SYSTEM, parseResource, type Token, tokenOf } from '../fhir/resources.js';
-import { referencingResources } from '../projections/resources.js';
+import {
+  PROJECT_TAG_SYSTEM,
+  parseResource,
+  ResourceValidationError,
+  type Token,
+  tokenOf,
+} from '../fhir/resources.js';
+import { referencingResources } from '../queries/resources.js';
 import { visibleTo } from '../queries/visibility.js';
+import { questionnaireProblems } from '../sdc/engine/definition-rules.js';
+import type { Questionnaire } from '../sdc/types.js';
 import type { UnitOfWork } from './handler.js';
 import {
   createResource,
@@ -37,6 +47,26 @@ import {
   type WriteResult,
 } from './resources.js';
 
+/**
+ * A resource's content for a write: the type's schema (src/fhir/resources.ts parseResource) and,
+ * for a Questionnaire, its own rules (R5 que-1 … que-15 and the item rules of
+ * src/sdc/engine/definition-rules.ts, issue 35; docs/interface.md §2.6), which $validate shares.
+ * @throws {ResourceValidationError} 422 naming each item (`Questionnaire.item[2].item[0]`).
+ */
+const parseContent = (def: ResourceDefinition, body: unknown, mode: 'create' | 'update') => {
+  const content = parseResource(def, body, mode);
+  if (def.type !== 'Questionnaire') return content;
+  const issues = questionnaireProblems(body as Questionnaire)
+    .filter((problem) => problem.severity === 'error')
+    .map((problem) => ({
+      code: 'custom' as const,
+      path: [...problem.path],
+      message: problem.diagnostics,
+      input: undefined,
+    }));
+  if (issues.length > 0) throw new ResourceValidationError(def.type, new ZodError(issues), body);
+  return content;
+};
 /** The scope-relevant facts of a resource as a command sees it (its stream's state). */
 export const targetOfState = (type: ResourceType, id: number, state: ResourceState): AccessTarget =>
   state.status === 'none'
@@ -182,7 +212,7 @@ export const create = async (
   def: ResourceDefinition,
   body: unknown,
 ): Promise<WriteResult> => {
-  const content = parseResource(def, body, 'create');
+  const content = parseContent(def, body, 'create');
   const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
   const author = authorOf(principal);
   authorize(
@@ -240,7 +270,7 @@ export const conditionalCreate = async (
       content: state.resource,
     };
   }
-  const content = parseResource(def, body, 'create');
+  const content = parseContent(def, body, 'create');
   const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
   const author = authorOf(principal);
   authorize(
@@ -260,6 +290,7 @@ export const conditionalCreate = async (
 
 /**
  * FHIR update (PUT /{type}/{id}); partial for the clinical context resources (docs/interface.md §4.3 rule 3).
+ * `note`: the reason (and author) kept in the event, for an amendment or entered-in-error.
  * @throws {DomainError} 400 id mismatch, 404, 410, 412 If-Match, 403 scopes (before and after),
  *   409 duplicate identifier, 422 invalid body or broken reference.
  */
@@ -270,8 +301,9 @@ export const update = async (
   id: number,
   body: unknown,
   ifMatch?: number,
+  note?: ChangeNote,
 ): Promise<WriteResult> => {
-  const content = parseResource(def, body, def.partialUpdate ? 'update' : 'create');
+  const content = parseContent(def, body, def.partialUpdate ? 'update' : 'create');
   const bodyId = (body as { id?: unknown }).id;
   if (bodyId !== undefined && String(bodyId) !== String(id))
     throw new DomainError(
@@ -292,7 +324,10 @@ export const update = async (
   );
   await checkShownWith(uow, principal, def, next);
   return namingReadableHolder(uow, principal, () =>
-    updateResource(uow, def, principal.tenantId, id, content, ifMatch !== undefined ? { ifMatch } : {}),
+    updateResource(uow, def, principal.tenantId, id, content, {
+      ...(ifMatch !== undefined ? { ifMatch } : {}),
+      ...(note ? { note } : {}),
+    }),
   );
 };
 
@@ -320,7 +355,7 @@ export const conditionalUpdate = async (
       { issueCode: 'required' },
     );
   const token = tokenOf(identifier);
-  const content = parseResource(def, body, def.partialUpdate ? 'update' : 'create');
+  const content = parseContent(def, body, def.partialUpdate ? 'update' : 'create');
   const withMatch = (c: Content): Content => {
     if (!token.system) return c;
     const given = Array.isArray(c.identifier)
@@ -358,7 +393,7 @@ export const conditionalUpdate = async (
       { issueCode: 'required' },
     );
   // Creating validates like a create (required elements), not like a partial update.
-  const created = withMatch(parseResource(def, body, 'create'));
+  const created = withMatch(parseContent(def, body, 'create'));
   // A Questionnaire created here belongs to a project like one created by POST (docs/interface.md §5.3 rule 3).
   const project = def.type === 'Questionnaire' ? projectOf(principal, body) : undefined;
   const author = authorOf(principal);

@@ -14,15 +14,17 @@ import { v4 as uuidv4 } from 'uuid';
 import type { AuditRecord } from '../domain/audit/audit.js';
 import { DomainError } from '../domain/decider.js';
 import { launchDecider, launchStream } from '../domain/launch/launch.js';
-import type { Principal } from '../fhir/access.js';
-import { referenceId } from '../fhir/references.js';
 import {
   buildLaunchBundle,
+  type LaunchBundle,
+  LaunchError,
+  type LaunchIds,
   type LaunchRequest,
   type LaunchSystems,
-  readLaunchResponse,
   sessionUserOf,
-} from '../integration/launcher.js';
+} from '../domain/launch/request.js';
+import type { Principal } from '../fhir/access.js';
+import { idInReference, referenceId } from '../fhir/references.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
 import { findByIdentifier, loadResource } from './resources.js';
@@ -187,3 +189,44 @@ export const launch = async (
 
 const stripUndefined = (request: LaunchRequest): LaunchRequest =>
   Object.fromEntries(Object.entries(request).filter(([, v]) => v !== undefined)) as unknown as LaunchRequest;
+
+const idFromLocation = (location: unknown, type: string): number => {
+  const id =
+    typeof location === 'string'
+      ? idInReference(location, type, { absolute: true, version: true })
+      : undefined;
+  if (id === undefined)
+    throw new LaunchError(502, `the data server answered the launch without the location of its ${type}`);
+  return id;
+};
+
+/**
+ * Reads the ids out of a transaction-response to {@link buildLaunchBundle}'s Bundle.
+ * @throws {LaunchError} 502 when the response does not have the expected shape.
+ */
+export const readLaunchResponse = (bundle: LaunchBundle, response: unknown): LaunchIds => {
+  const entries = (response as { resourceType?: unknown; entry?: unknown })?.entry;
+  if (
+    (response as { resourceType?: unknown })?.resourceType !== 'Bundle' ||
+    !Array.isArray(entries) ||
+    entries.length !== bundle.entry.length
+  )
+    throw new LaunchError(502, 'the data server answered the launch with an unexpected response');
+  const at = (i: number) => (entries[i] as { response?: { status?: unknown; location?: unknown } })?.response;
+  const practitioners = new Map<string, number>();
+  bundle.entry.forEach((e, i) => {
+    if (e.resource.resourceType === 'Practitioner')
+      practitioners.set(
+        (e.resource.identifier as { value: string }[])[0]!.value,
+        idFromLocation(at(i)?.location, 'Practitioner'),
+      );
+  });
+  const last = bundle.entry.length - 1;
+  return {
+    patientId: idFromLocation(at(0)?.location, 'Patient'),
+    encounterId: idFromLocation(at(1)?.location, 'Encounter'),
+    practitioners,
+    taskId: idFromLocation(at(last)?.location, 'Task'),
+    taskCreated: String(at(last)?.status ?? '').startsWith('201'),
+  };
+};

@@ -5,13 +5,14 @@
  * an unfinished Task. Scopes are checked as on the data server (the actor is the session).
  */
 import { DomainError } from '../domain/decider.js';
-import type { Content } from '../domain/fhir/resource.js';
+import type { ChangedData, Content } from '../domain/fhir/resource.js';
+import { type ReportCommand, reportDecider, reportStateOf } from '../domain/report/report.js';
 import type { Principal } from '../fhir/access.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
 import { referenceId } from '../fhir/references.js';
 import { create, update } from './fhir.js';
 import type { UnitOfWork } from './handler.js';
-import { loadResource, type WriteResult } from './resources.js';
+import { loadResource, versionOf, type WriteResult } from './resources.js';
 
 /** The Task as its stream holds it. @throws {DomainError} 404 when missing, deleted or another tenant's. */
 const loadTask = async (uow: UnitOfWork, principal: Principal, taskId: number) => {
@@ -55,23 +56,73 @@ export const startReport = async (
   return created;
 };
 
+/** What a write of the report does (src/domain/report/report.ts commands). */
+export type ReportWrite = (
+  | { readonly type: 'SaveReport' | 'SubmitReport' }
+  | { readonly type: 'AmendReport' | 'MarkReportEnteredInError'; readonly reason: string }
+) & {
+  /** `Practitioner/<id>` of the session's user: the version's author, kept in its event. */
+  readonly author?: string;
+};
+
 /**
- * Saves (`complete` false) or submits (`complete` true) a report: the QuestionnaireResponse's new
- * content, and in the same append the Task moved on — `completed` on submit, `in-progress` when a
- * save starts a `ready` Task.
- * @throws {DomainError} as the data server's update (403, 404, 410, 422).
+ * Writes a version of a report, decided by the report decider (src/domain/report/report.ts;
+ * docs/architecture.md "Reports"): save (`in-progress`), submit (`completed`), amend (`amended`)
+ * or entered-in-error, each based on `baseVersion` (the `meta.versionId` the page was built from).
+ * ONE append: the response's new version and, on submit, the Task `completed` (a save starts a
+ * `ready` Task); an amendment or entered-in-error leaves the Task `completed`.
+ * @throws {ReportChangedElsewhere} 409 `baseVersion` is not the current version (nothing stored).
+ * @throws {DomainError} 409 ReportLocked / ReportNotSignedOff, 400 ReasonRequired, and those of
+ *   the data server's update (403, 404, 410, 422).
  */
-export const saveReport = async (
+export const writeReport = async (
   uow: UnitOfWork,
   principal: Principal,
   taskId: number,
   responseId: number,
   response: Record<string, unknown>,
-  complete: boolean,
+  baseVersion: number,
+  write: ReportWrite,
 ): Promise<WriteResult> => {
   const task = await loadTask(uow, principal, taskId);
-  const saved = await update(uow, principal, DEFINITIONS.QuestionnaireResponse, responseId, response);
-  const next = complete ? 'completed' : task.resource.status === 'ready' ? 'in-progress' : undefined;
+  const stored = await loadResource(uow, 'QuestionnaireResponse', responseId, principal.tenantId);
+  // A response of another tenant reads as none (loadResource): its version is not asked.
+  const current = reportStateOf(
+    stored,
+    stored.status === 'none' ? 0 : versionOf(uow, 'QuestionnaireResponse', responseId),
+  );
+  const { resourceType: _type, id: _id, meta: _meta, ...content } = response;
+  const [decided] = reportDecider.decide(
+    {
+      ...write,
+      responseId,
+      baseVersion,
+      resource: content,
+      now: uow.now,
+    } as ReportCommand,
+    current,
+  );
+  const data = decided!.data as ChangedData;
+  const saved = await update(
+    uow,
+    principal,
+    DEFINITIONS.QuestionnaireResponse,
+    responseId,
+    { resourceType: 'QuestionnaireResponse', ...data.resource },
+    current.version,
+    data.reason !== undefined || data.author !== undefined
+      ? {
+          ...(data.reason !== undefined ? { reason: data.reason } : {}),
+          ...(data.author !== undefined ? { author: data.author } : {}),
+        }
+      : undefined,
+  );
+  const next =
+    write.type === 'SubmitReport'
+      ? 'completed'
+      : write.type === 'SaveReport' && task.resource.status === 'ready'
+        ? 'in-progress'
+        : undefined;
   if (next !== undefined && task.resource.status !== next)
     await update(uow, principal, DEFINITIONS.Task, taskId, {
       resourceType: 'Task',

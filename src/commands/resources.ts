@@ -13,6 +13,7 @@ import { allocateId } from '../db/sequences.js';
 import { type Identifier, sameIdentifier } from '../domain/clinical/identifier.js';
 import { DomainError } from '../domain/decider.js';
 import {
+  type ChangeNote,
   type Content,
   type ResourceState,
   type ResourceType,
@@ -24,7 +25,7 @@ import { MAX_IDENTIFIERS } from '../fhir/common.schema.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
 import type { Token } from '../fhir/resources.js';
-import { searchResources } from '../projections/resources.js';
+import { searchResources } from '../queries/resources.js';
 import { type AnyDecider, type UnitOfWork, versionMismatch } from './handler.js';
 
 /** The outcome of a write: the resource's id, its version after the write, and whether it is new. */
@@ -354,7 +355,7 @@ export const updateResource = async (
   tenantId: number,
   id: number,
   content: Content,
-  options: { ifMatch?: number; mergeIdentifiers?: boolean } = {},
+  options: { ifMatch?: number; mergeIdentifiers?: boolean; note?: ChangeNote } = {},
 ): Promise<WriteResult> => {
   const state = await loadResource(uow, def.type, id, tenantId);
   if (state.status === 'none') throw notFound(def.type, id);
@@ -370,7 +371,12 @@ export const updateResource = async (
   }
   checkIdentifierCount(def, next, identifiersOf(state.resource).length);
   const decider = resourceDecider(def.type);
-  const command = { type: 'UpdateResource' as const, resource: next, now: uow.now };
+  const command = {
+    type: 'UpdateResource' as const,
+    resource: next,
+    now: uow.now,
+    ...(options.note ? { note: options.note } : {}),
+  };
   // An update that changes nothing decides nothing (the decider is pure: asking first is free).
   if (decider.decide(command, state).length === 0)
     return { id, versionId: current, lastUpdated: state.lastUpdated, created: false, content: next };

@@ -4,11 +4,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { Casebook } from '../casebook.js';
 import { DomainError } from '../domain/decider.js';
 import { reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
+import type { Actor, EventStore } from '../eventstore/port.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
-import { searchResources } from '../projections/resources.js';
+import { searchResources } from '../queries/resources.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
 import { createResource, loadResource, updateResource, versionOf } from './resources.js';
@@ -30,6 +30,8 @@ export const seedSchema = z
           redirect_origins: z.array(z.string()).default([]),
           /** The identifier system of the tenant's MRNs, shown in the patient banner (issue 32). */
           mrn_system: z.string().min(1).optional(),
+          /** Origins Subscription endpoints may use (issue 37), besides SUBSCRIPTION_ALLOWED_ORIGINS. */
+          subscription_origins: z.array(z.string()).optional(),
           clients: z
             .array(
               z
@@ -182,10 +184,18 @@ export const upsertQuestionnaire = async (
 };
 
 /**
+ * What applying a seed needs of the composition root (src/casebook.ts satisfies it): a command
+ * context for a cause. Commands sit below the composition root (docs/architecture.md "Layers").
+ */
+export interface SeedTarget {
+  context(cause: { tenantId: number | null; actor: Actor }): CommandContext;
+}
+
+/**
  * Applies a seed: tenants and clients are created when missing and converged when present, so
  * applying the same seed twice appends nothing the second time.
  */
-export const applySeed = async (casebook: Casebook, seed: Seed): Promise<SeedReport> => {
+export const applySeed = async (casebook: SeedTarget, seed: Seed): Promise<SeedReport> => {
   const report: SeedReport = { tenants: [], clients: [], questionnaires: [] };
   for (const t of seed.tenants) {
     const ctx = casebook.context({ tenantId: null, actor: { type: 'system', id: 'seed' } });
@@ -197,6 +207,7 @@ export const applySeed = async (casebook: Casebook, seed: Seed): Promise<SeedRep
         allowedScopes: t.allowed_scopes,
         redirectOrigins: t.redirect_origins,
         ...(t.mrn_system ? { mrnSystem: t.mrn_system } : {}),
+        subscriptionOrigins: t.subscription_origins ?? [],
       },
       { ensure: true },
     );
@@ -335,7 +346,7 @@ export const DEMO_CLIENT_ID = 'demo-ehr';
  * works (issue 2 §4). Returns the generated secret, or undefined when the store was not empty.
  */
 export const bootstrapDemo = async (
-  casebook: Casebook,
+  casebook: SeedTarget & { readonly store: EventStore },
 ): Promise<{ clientId: string; clientSecret: string } | undefined> => {
   if ((await casebook.store.headPosition()) !== undefined) return undefined;
   const clientSecret = generateSecret();

@@ -3,6 +3,7 @@
  * resources come from Postgres sequences in the read-model database. Sequences are not read
  * models: a rebuild never drops them, and catching up moves them past every id in the log.
  */
+import { CLINICAL_TYPES } from '../domain/fhir/resource.js';
 import type { Sql } from './sql.js';
 
 export const ID_SEQUENCES = [
@@ -15,6 +16,7 @@ export const ID_SEQUENCES = [
   'Questionnaire',
   'QuestionnaireResponse',
   'ValueSet',
+  ...CLINICAL_TYPES,
 ] as const;
 export type IdKind = (typeof ID_SEQUENCES)[number];
 

@@ -51,7 +51,7 @@ const statementNames = new Map<string, string>();
  * The node-postgres query of a parameterised statement, named after a hash of its text: each pool
  * connection then parses and plans it once (PostgreSQL keeps the prepared statement, and after a
  * few runs a generic plan) instead of on every call — planning cost more than running the
- * statements of a FHIR read or search (bench/README.md). Statements without parameters stay
+ * statements of a FHIR read or search (docs/performance.md "Named prepared statements"). Statements without parameters stay
  * unnamed (the simple protocol may carry several statements), and so does every statement past
  * the first {@link MAX_NAMED_STATEMENTS} distinct texts, which bounds what each connection keeps.
  */
@@ -306,7 +306,7 @@ export class PostgresSql implements Sql {
    * keep the connection: pg-pool's own `query` closed it on every error, so each refused statement
    * cost a new connection — a server process, its authentication, every prepared statement planned
    * again: 10–18 ms of the serving process's CPU and 30–50 ms of the machine's for a conditional
-   * update refused as a duplicate (bench/README.md, stop 30).
+   * update refused as a duplicate (docs/performance.md "Refused statements keep their connection").
    * @throws what `run` throws.
    */
   private async checkedOut<T>(run: (client: pg.PoolClient) => Promise<T>): Promise<T> {

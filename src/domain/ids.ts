@@ -8,7 +8,7 @@ import { v7 } from 'uuid';
 /**
  * Random bits for {@link newId}, refilled 4 KiB at a time: uuid's own source asks the OS for
  * 16 bytes per identifier, about 3 % of the serving thread under a load of audited reads
- * (bench/README.md).
+ * (docs/performance.md "Ids: UUIDv7 from a random pool").
  */
 const pool = new Uint8Array(4096);
 let used = pool.length;

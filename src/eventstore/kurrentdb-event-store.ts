@@ -20,8 +20,14 @@
  * `recordedAt`; null fields are omitted. Events that are system events (type starting with `$`),
  * links, or not JSON are skipped on every read.
  *
+ * Every read is bounded and drained (issue 34): the adapter asks the server for `maxCount` events
+ * (one more where the first may be skipped), reads all it asked for, and pages on. It never leaves
+ * a read early: the client does not cancel a server stream it stops reading, and on a growing log
+ * the open streams exhaust the connection's window until every read hangs.
+ *
  * No KurrentDB server runs on the development machines: this adapter is only typechecked there,
- * and its contract tests run when `KURRENTDB_URL` is set.
+ * its reads are driven against a stubbed client (test/eventstore/kurrentdb-reads.test.ts), and its
+ * contract tests run when `KURRENTDB_URL` is set.
  */
 import {
   type AllStreamSubscription,
@@ -61,6 +67,8 @@ import {
 } from './port.js';
 
 const DEFAULT_MAX_COUNT = 1000;
+/** The most events one server read is asked for: a longer read goes on in pages of this size. */
+export const READ_PAGE = 500;
 /** Reported when the server does not return a position (servers older than 22.6). */
 const UNKNOWN_POSITION: Position = { commit: 0n, prepare: 0n };
 
@@ -160,6 +168,11 @@ export class KurrentDbEventStore implements EventStore {
 
   private constructor(private readonly client: KurrentDBClient) {}
 
+  /** An adapter over `client` as it is (tests stub its reads; {@link open} is the way in otherwise). */
+  static fromClient(client: KurrentDBClient): KurrentDbEventStore {
+    return new KurrentDbEventStore(client);
+  }
+
   /**
    * Connects lazily (the first call opens the gRPC channel) to `connectionString`,
    * e.g. `kurrentdb://localhost:2113?tls=false`.
@@ -235,17 +248,30 @@ export class KurrentDbEventStore implements EventStore {
     };
   }
 
-  /** Reads a stream forwards; an absent stream reads as []. */
+  /**
+   * Reads a stream forwards from `fromRevision` (default its start), at most `maxCount` events
+   * (default all), in bounded pages; an absent stream reads as [].
+   */
   async readStream(streamName: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
     if (options.maxCount !== undefined && options.maxCount <= 0) return [];
     const events: RecordedEvent[] = [];
+    let fromRevision: bigint | typeof START = options.fromRevision ?? START;
+    // Counted in stored events (links and non-JSON ones included), as the server counts them.
+    let remaining = options.maxCount ?? Number.POSITIVE_INFINITY;
     try {
-      for await (const resolved of this.client.readStream(streamName, {
-        fromRevision: options.fromRevision ?? START,
-        ...(options.maxCount !== undefined ? { maxCount: options.maxCount } : {}),
-      })) {
-        const event = toRecordedEvent(resolved);
-        if (event) events.push(event);
+      while (remaining > 0) {
+        const asked = Math.min(remaining, READ_PAGE);
+        let received = 0;
+        let last: bigint | undefined;
+        for await (const resolved of this.client.readStream(streamName, { fromRevision, maxCount: asked })) {
+          received += 1;
+          last = (resolved.event ?? resolved.link)?.revision ?? last;
+          const event = toRecordedEvent(resolved);
+          if (event) events.push(event);
+        }
+        remaining -= received;
+        if (received < asked || last === undefined) break;
+        fromRevision = last + 1n;
       }
     } catch (error) {
       if (error instanceof StreamNotFoundError) return [];
@@ -261,24 +287,38 @@ export class KurrentDbEventStore implements EventStore {
     return new Map(names.map((name, i) => [name, read[i]!]));
   }
 
-  /** Reads `$all` strictly after `from`, at most `maxCount` events (default 1000), no system events nor `excludeTypes`. */
+  /**
+   * Reads `$all` strictly after `from`, at most `maxCount` events (default 1000), no system events
+   * nor `excludeTypes`. Bounded pages, each drained: the server is asked for what is still missing
+   * plus one (a page starts at the last position read, which it gives again), and events skipped
+   * here (the one at `from`, non-JSON ones, `excludeTypes`) make another page.
+   */
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;
     if (maxCount <= 0) return [];
     const { from } = options;
     const excluded = new Set(options.excludeTypes ?? []);
     const events: RecordedEvent[] = [];
-    // Unbounded server read, stopped by `break` (which cancels the call): skipped events (the one
-    // at `from`, non-JSON ones) must not count against maxCount.
-    for await (const resolved of this.client.readAll({
-      fromPosition: from ?? START,
-      filter: excludeSystemEvents(),
-    })) {
-      const event = toRecordedEvent(resolved);
-      if (!event || (from && comparePositions(event.position, from) <= 0) || excluded.has(event.type))
-        continue;
-      events.push(event);
-      if (events.length >= maxCount) break;
+    let cursor = from;
+    while (events.length < maxCount) {
+      const asked = Math.min(maxCount - events.length, READ_PAGE) + 1;
+      let received = 0;
+      let last: Position | undefined;
+      for await (const resolved of this.client.readAll({
+        fromPosition: cursor ?? START,
+        maxCount: asked,
+        filter: excludeSystemEvents(),
+      })) {
+        received += 1;
+        const position = resolved.event?.position;
+        if (position) last = { commit: position.commit, prepare: position.prepare };
+        const event = toRecordedEvent(resolved);
+        if (!event || (cursor && comparePositions(event.position, cursor) <= 0) || excluded.has(event.type))
+          continue;
+        if (events.length < maxCount) events.push(event);
+      }
+      if (received < asked || last === undefined || (cursor && comparePositions(last, cursor) <= 0)) break;
+      cursor = last;
     }
     return events;
   }
@@ -317,17 +357,36 @@ export class KurrentDbEventStore implements EventStore {
     }
   }
 
-  /** Position of the last non-system JSON event in `$all`, or undefined for an empty log. */
+  /**
+   * Position of the last non-system JSON event in `$all`, or undefined for an empty log. Reads
+   * backwards from the end in bounded pages, each drained, until a page holds such an event.
+   */
   async headPosition(): Promise<Position | undefined> {
-    for await (const resolved of this.client.readAll({
-      fromPosition: END,
-      direction: BACKWARDS,
-      filter: excludeSystemEvents(),
-    })) {
-      const event = toRecordedEvent(resolved);
-      if (event) return event.position;
+    let cursor: Position | undefined;
+    for (;;) {
+      // After the first page, a page starts at the last position read, which it gives again.
+      const asked = cursor ? READ_PAGE + 1 : READ_PAGE;
+      let received = 0;
+      let last: Position | undefined;
+      let head: Position | undefined;
+      for await (const resolved of this.client.readAll({
+        fromPosition: cursor ?? END,
+        direction: BACKWARDS,
+        maxCount: asked,
+        filter: excludeSystemEvents(),
+      })) {
+        received += 1;
+        const position = resolved.event?.position;
+        if (position) last = { commit: position.commit, prepare: position.prepare };
+        const event = toRecordedEvent(resolved);
+        if (!event || (cursor && comparePositions(event.position, cursor) >= 0)) continue;
+        head ??= event.position;
+      }
+      if (head) return head;
+      if (received < asked || last === undefined || (cursor && comparePositions(last, cursor) >= 0))
+        return undefined;
+      cursor = last;
     }
-    return undefined;
   }
 
   /** Ends every subscription and closes the gRPC channel. */
@@ -372,13 +431,15 @@ export class KurrentDbEventStore implements EventStore {
     revision: bigint,
     fallback: Position | undefined,
   ): Promise<Position> {
+    let found: Position | undefined;
+    // Drained, not left at the first event (see the header: every read is drained).
     for await (const resolved of this.client.readStream(streamName, {
       fromRevision: revision,
       maxCount: 1,
     })) {
       const position = resolved.event?.position;
-      if (position) return { commit: position.commit, prepare: position.prepare };
+      if (position) found ??= { commit: position.commit, prepare: position.prepare };
     }
-    return fallback ?? UNKNOWN_POSITION;
+    return found ?? fallback ?? UNKNOWN_POSITION;
   }
 }

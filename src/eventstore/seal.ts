@@ -154,7 +154,7 @@ export const writeSeal = async (
     if ((current?.seq ?? 0) !== (previous?.seq ?? 0)) return undefined;
     const seq = (previous?.seq ?? 0) + 1;
     // Parallel arrays (unnest): PostgreSQL reads them several times faster than the same rows as
-    // one JSON document (json_to_recordset; bench/README.md, stop 28).
+    // one JSON document (json_to_recordset; docs/performance.md "Parallel arrays instead of `json_to_recordset`").
     await tx.query(
       `INSERT INTO es_seal_leaves (commit_pos, prepare_pos, event_id, leaf, seal_seq)
        SELECT x.commit_pos, x.prepare_pos, x.event_id, x.leaf, $5

@@ -122,15 +122,28 @@ const questionnaireFiltersAdmit = (scope: ResourceScope, target: AccessTarget): 
 const coversAll = (principal: Principal, scope: ResourceScope, resourceType: ResourceType): boolean =>
   resourceType !== 'Questionnaire' && (principal.kind === 'client' || scope.context === 'system');
 
-/** Does `scope` (already matching type and permission) cover `target` for `principal`? */
-const covers = (principal: Principal, scope: ResourceScope, target: AccessTarget): boolean => {
+/** Does `scope` (already matching type and `permission`) cover `target` for `principal`? */
+const covers = (
+  principal: Principal,
+  scope: ResourceScope,
+  target: AccessTarget,
+  permission: Permission,
+): boolean => {
   if (target.resourceType === 'Questionnaire') return questionnaireFiltersAdmit(scope, target);
   if (coversAll(principal, scope, target.resourceType)) return true;
   switch (scope.context) {
     case 'system':
       return true; // tenant-wide (coversAll)
     case 'patient':
-      return principal.patientId !== null && target.patientId === principal.patientId;
+      // A Medication belongs to no patient's compartment (FHIR R5 compartmentdefinition-patient):
+      // it is what a MedicationStatement of the patient names, so `patient/Medication.rs` reads
+      // and searches the tenant's Medications once the session has a patient — never writes them
+      // (docs/interface.md §5.3).
+      return (
+        principal.patientId !== null &&
+        (target.patientId === principal.patientId ||
+          (target.resourceType === 'Medication' && (permission === 'r' || permission === 's')))
+      );
     case 'user':
       return (
         (principal.userRef !== null && target.author === principal.userRef) ||
@@ -142,7 +155,7 @@ const covers = (principal: Principal, scope: ResourceScope, target: AccessTarget
 /** True when some scope grants `permission` on `target`. */
 export const isAllowed = (principal: Principal, permission: Permission, target: AccessTarget): boolean =>
   scopesFor([...principal.scopes], { resourceType: target.resourceType, permission }).some((scope) =>
-    covers(principal, scope, target),
+    covers(principal, scope, target, permission),
   );
 
 /**

@@ -187,16 +187,19 @@ export const toAuditEvent = (record: AuditRecord): AuditEventResource => {
               type === 'Session'
                 ? { identifier: { system: SESSION_SYSTEM, value: e.reference.slice(slash + 1) } }
                 : { reference: e.reference };
-            return {
-              what,
+            const detail = [
+              // R5 AuditEvent.entity.detail has no Reference value: the patient's reference
+              // travels as a string (AuditEvent.patient holds it too when there is one).
               ...(typeof e.patientId === 'number' && type !== 'Patient'
-                ? {
-                    // R5 AuditEvent.entity.detail has no Reference value: the patient's reference
-                    // travels as a string (AuditEvent.patient holds it too when there is one).
-                    detail: [{ type: { text: 'patient' }, valueString: `Patient/${e.patientId}` }],
-                  }
-                : {}),
-            };
+                ? [{ type: { text: 'patient' }, valueString: `Patient/${e.patientId}` }]
+                : []),
+              // issue 32: the version of a report an amendment or entered-in-error wrote, and why.
+              ...(e.version !== undefined
+                ? [{ type: { text: 'version' }, valueString: String(e.version) }]
+                : []),
+              ...(e.reason !== undefined ? [{ type: { text: 'reason' }, valueString: e.reason }] : []),
+            ];
+            return { what, ...(detail.length > 0 ? { detail } : {}) };
           }),
         }
       : {}),

@@ -4,15 +4,22 @@
  * in the tenant (docs/interface.md §4.3 rule 1), which references must resolve, and what blocks a delete
  * (docs/interface.md §4.3 rule 4).
  */
-import type { z } from 'zod';
-import type { Content, ResourceType } from '../domain/fhir/resource.js';
+import { ZodError, type z } from 'zod';
+import {
+  CLINICAL_TYPES,
+  type ClinicalType,
+  type Content,
+  isResourceType,
+  type ResourceType,
+} from '../domain/fhir/resource.js';
 import {
   encounterCreateSchema,
   encounterUpdateSchema,
   patientSchema,
   practitionerSchema,
 } from './clinical.schema.js';
-import { referenceId } from './references.js';
+import { r5SchemaIssues } from './r5-schema.js';
+import { CLINICAL_COMPARTMENT, referenceId, resourceIdIn } from './references.js';
 import {
   questionnaireResponseSchema,
   questionnaireSchema,
@@ -41,7 +48,10 @@ export interface ResourceDefinition {
   readonly uniqueIdentifiers: boolean;
   /** The literal references in `content` that must point at existing resources of the tenant. */
   readonly references: (content: Content) => ReferenceToCheck[];
-  /** docs/interface.md §4.3 rule 4: resource types whose live resources, referencing this one, block its delete. */
+  /**
+   * docs/interface.md §4.3 rule 4: resource types whose live resources, referencing this one,
+   * block its delete.
+   */
   readonly deleteBlockedBy: readonly ResourceType[];
   /**
    * The resources a reader of this resource is shown with (the app host opens a Task's Patient,
@@ -113,6 +123,93 @@ const parser =
   (body: unknown, mode: 'create' | 'update'): Content =>
     (mode === 'create' ? create : update).parse(body);
 
+/**
+ * The references of a clinical resource that casebook follows (docs/interface.md §2.7): its
+ * Patient (`subject`/`patient`), its `encounter`, and a MedicationStatement's Medication
+ * (`medication.reference`). Each must name a live resource of the tenant when it names one of
+ * casebook's types by a relative reference.
+ */
+const clinicalReferences =
+  (type: ClinicalType) =>
+  (content: Content): ReferenceToCheck[] => {
+    const { patient, encounter } = CLINICAL_COMPARTMENT[type];
+    const found: ReferenceToCheck[] = [];
+    const add = (expression: string, value: unknown, target: ResourceType) => {
+      const id = referenceId(value, target);
+      if (id !== undefined) found.push({ expression, resourceType: target, id });
+    };
+    if (patient) add(patient, content[patient], 'Patient');
+    if (encounter) add('encounter', content.encounter, 'Encounter');
+    if (type === 'MedicationStatement')
+      add(
+        'medication.reference',
+        (content.medication as { reference?: unknown } | undefined)?.reference,
+        'Medication',
+      );
+    return found;
+  };
+
+/**
+ * A relative reference `Type/<id>` to one of casebook's types whose id is not one casebook can hold
+ * (`Patient/example`): it names nothing on this server, so the body is refused (422) rather than
+ * stored pointing nowhere (docs/interface.md §2.6 "References between stored resources").
+ */
+const unresolvableReferences = (body: Record<string, unknown>, paths: readonly (readonly string[])[]) =>
+  paths.flatMap((path): z.core.$ZodIssue[] => {
+    let value: unknown = body;
+    for (const step of path) value = (value as Record<string, unknown> | undefined)?.[step];
+    const reference = (value as { reference?: unknown } | undefined)?.reference;
+    if (typeof reference !== 'string') return [];
+    const parts = reference.split('/');
+    if (parts.length !== 2 || !isResourceType(parts[0]!) || resourceIdIn(parts[1]!) !== undefined) return [];
+    return [
+      {
+        code: 'custom',
+        path: [...path, 'reference'],
+        message: `${reference} names no resource casebook can hold (ids are integers)`,
+        input: undefined,
+      },
+    ];
+  });
+
+/**
+ * The parser of a clinical type (issue 35; docs/interface.md §2.7): the body must pass the FHIR R5
+ * JSON schema of the type, and is stored as sent (without `resourceType`, `id` and `meta`, which
+ * are the server's).
+ * @throws {ZodError} one issue per problem.
+ */
+const clinicalParser =
+  (type: ClinicalType) =>
+  (body: unknown): Content => {
+    const { patient, encounter } = CLINICAL_COMPARTMENT[type];
+    const issues = [
+      ...r5SchemaIssues(type, body),
+      ...unresolvableReferences(body as Record<string, unknown>, [
+        ...(patient ? [[patient]] : []),
+        ...(encounter ? [['encounter']] : []),
+        ...(type === 'MedicationStatement' ? [['medication']] : []),
+      ]),
+    ];
+    if (issues.length > 0) throw new ZodError(issues);
+    const { resourceType: _r, id: _i, meta: _m, ...content } = body as Record<string, unknown>;
+    return content;
+  };
+
+/** The clinical types whose resources belong to a Patient's or an Encounter's compartment. */
+const clinicalTypesWith = (compartment: 'patient' | 'encounter'): ClinicalType[] =>
+  CLINICAL_TYPES.filter((type) => CLINICAL_COMPARTMENT[type][compartment]);
+
+/** The definition of a clinical type: stored as sent, replaced whole on update, no unique identifiers. */
+const clinicalDefinition = (type: ClinicalType): ResourceDefinition => ({
+  type,
+  parse: clinicalParser(type),
+  partialUpdate: false,
+  uniqueIdentifiers: false,
+  references: clinicalReferences(type),
+  deleteBlockedBy: [],
+  shownWith: () => [],
+});
+
 /** The rules of every resource type the data server stores (issue 3; docs/interface.md §2.5–2.6, §4.3). */
 export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   Patient: {
@@ -121,7 +218,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     partialUpdate: true,
     uniqueIdentifiers: true,
     references: () => [],
-    deleteBlockedBy: ['Encounter', 'Task', 'QuestionnaireResponse'],
+    deleteBlockedBy: ['Encounter', 'Task', 'QuestionnaireResponse', ...clinicalTypesWith('patient')],
     shownWith: () => [],
   },
   Encounter: {
@@ -130,7 +227,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     partialUpdate: true,
     uniqueIdentifiers: true,
     references: refs(['subject', 'Patient']),
-    deleteBlockedBy: ['Task', 'QuestionnaireResponse'],
+    deleteBlockedBy: ['Task', 'QuestionnaireResponse', ...clinicalTypesWith('encounter')],
     shownWith: () => [],
   },
   Practitioner: {
@@ -184,4 +281,8 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
     deleteBlockedBy: [],
     shownWith: () => [],
   },
+  ...(Object.fromEntries(CLINICAL_TYPES.map((type) => [type, clinicalDefinition(type)])) as Record<
+    ClinicalType,
+    ResourceDefinition
+  >),
 };

@@ -2,7 +2,7 @@
  * FHIR references and the compartment facts derived from a resource's content: which Patient
  * and Encounter it belongs to (docs/interface.md §5.3 `patient/` compartment, docs/interface.md §4.3 rule 4 references).
  */
-import type { Content, ResourceType } from '../domain/fhir/resource.js';
+import type { ClinicalType, Content, ResourceType } from '../domain/fhir/resource.js';
 
 /** Where a reference may point beyond `Type/<id>`: after a base URL, and at one version. */
 export interface ReferenceForms {
@@ -42,6 +42,21 @@ export const referenceId = (reference: unknown, type: string, forms?: ReferenceF
   return typeof ref === 'string' ? idInReference(ref, type, forms) : undefined;
 };
 
+/**
+ * The element naming the Patient of each clinical type (FHIR R5 compartmentdefinition-patient;
+ * docs/interface.md §2.7), and whether its `encounter` is its Encounter. Medication belongs to no
+ * patient.
+ */
+export const CLINICAL_COMPARTMENT: Record<ClinicalType, { patient?: string; encounter?: boolean }> = {
+  Observation: { patient: 'subject', encounter: true },
+  Condition: { patient: 'subject', encounter: true },
+  MedicationStatement: { patient: 'subject', encounter: true },
+  Medication: {},
+  AllergyIntolerance: { patient: 'patient', encounter: true },
+  Immunization: { patient: 'patient', encounter: true },
+  DocumentReference: { patient: 'subject' },
+};
+
 /** Patient and Encounter a resource belongs to (its compartment), from its content. */
 export const compartmentOf = (
   resourceType: ResourceType,
@@ -63,8 +78,17 @@ export const compartmentOf = (
         patientId: referenceId(content.subject, 'Patient'),
         encounterId: referenceId(content.encounter, 'Encounter'),
       };
-    default:
+    case 'Practitioner':
+    case 'Questionnaire':
+    case 'ValueSet':
       return { patientId: undefined, encounterId: undefined };
+    default: {
+      const { patient, encounter } = CLINICAL_COMPARTMENT[resourceType];
+      return {
+        patientId: patient ? referenceId(content[patient], 'Patient') : undefined,
+        encounterId: encounter ? referenceId(content.encounter, 'Encounter') : undefined,
+      };
+    }
   }
 };
 

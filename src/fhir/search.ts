@@ -1,6 +1,8 @@
-/** The search parameters the data server implements (issue 3), per resource type. */
-import type { ResourceType } from '../domain/fhir/resource.js';
+/** The search parameters the data server implements (issue 3, issue 35), per resource type. */
+import { CLINICAL_TYPES, type ClinicalType, type ResourceType } from '../domain/fhir/resource.js';
 import { isCalendarDate } from './dates.js';
+import { type DefinedParameter, definedParameters } from './r5-search-parameters.js';
+import { CLINICAL_COMPARTMENT } from './references.js';
 
 export type SearchParameter =
   | { readonly kind: 'id' }
@@ -9,7 +11,12 @@ export type SearchParameter =
   | { readonly kind: 'patient'; readonly path: string }
   | { readonly kind: 'encounter'; readonly path: string }
   /** Equality on a top-level string element. */
-  | { readonly kind: 'element'; readonly element: string; readonly type: 'uri' | 'token' };
+  | { readonly kind: 'element'; readonly element: string; readonly type: 'uri' | 'token' }
+  /**
+   * A parameter of the official R5 definitions, found through the index the read model keeps
+   * (src/fhir/search-index.ts): token, date or reference.
+   */
+  | { readonly kind: 'indexed'; readonly definition: DefinedParameter };
 
 export interface TypeSearch {
   /**
@@ -18,6 +25,8 @@ export interface TypeSearch {
    */
   readonly parameters: ReadonlyMap<string, SearchParameter>;
   readonly _include?: readonly string[];
+  /** The R5 definitions the read model indexes for this type (src/fhir/search-index.ts). */
+  readonly indexed: readonly DefinedParameter[];
 }
 
 const id: SearchParameter = { kind: 'id' };
@@ -25,55 +34,99 @@ const id: SearchParameter = { kind: 'id' };
 const parametersOf = (table: Record<string, SearchParameter>): ReadonlyMap<string, SearchParameter> =>
   new Map(Object.entries(table));
 
+/** A type searched by hand-written parameters only. */
+const written = (table: Record<string, SearchParameter>, _include?: readonly string[]): TypeSearch => ({
+  parameters: parametersOf(table),
+  ...(_include ? { _include } : {}),
+  indexed: [],
+});
+
+/**
+ * The search of a clinical type (issue 35; docs/interface.md §2.7): `_id`, its Patient and
+ * Encounter through the compartment columns (`patient`, `subject`, `encounter`), `identifier`
+ * through the identifier index, and every token, date and reference parameter of its official R5
+ * definitions through the search index; `_include` on each reference parameter.
+ */
+const clinicalSearch = (type: ClinicalType): TypeSearch => {
+  const { patient, encounter } = CLINICAL_COMPARTMENT[type];
+  const table: Record<string, SearchParameter> = { _id: id };
+  const indexed: DefinedParameter[] = [];
+  for (const definition of definedParameters(type)) {
+    if ((definition.code === 'patient' || definition.code === 'subject') && patient)
+      table[definition.code] = { kind: 'patient', path: `${type}.${patient}` };
+    else if (definition.code === 'encounter' && encounter)
+      table.encounter = { kind: 'encounter', path: `${type}.encounter` };
+    else if (definition.code === 'identifier')
+      table.identifier = { kind: 'token', path: `${type}.identifier` };
+    else {
+      table[definition.code] = { kind: 'indexed', definition };
+      indexed.push(definition);
+    }
+  }
+  const _include = [...Object.entries(table)]
+    .filter(
+      ([, p]) =>
+        p.kind === 'patient' ||
+        p.kind === 'encounter' ||
+        (p.kind === 'indexed' && p.definition.type === 'reference'),
+    )
+    .map(([code]) => `${type}:${code}`);
+  return { parameters: parametersOf(table), indexed, ...(_include.length > 0 ? { _include } : {}) };
+};
+
+/** The R5 definition `code` of `type` (issue 35: QuestionnaireResponse `authored`). */
+const defined = (type: ResourceType, code: string): SearchParameter & { kind: 'indexed' } => {
+  const definition = definedParameters(type).find((p) => p.code === code);
+  if (!definition) throw new Error(`no R5 search parameter ${type}.${code}`);
+  return { kind: 'indexed', definition };
+};
+
+const questionnaireResponseAuthored = defined('QuestionnaireResponse', 'authored');
+
 export const SEARCH_PARAMETERS: Record<ResourceType, TypeSearch> = {
-  Patient: {
-    parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Patient.identifier' } }),
-  },
-  Practitioner: {
-    parameters: parametersOf({ _id: id, identifier: { kind: 'token', path: 'Practitioner.identifier' } }),
-  },
-  Encounter: {
-    parameters: parametersOf({
-      _id: id,
-      identifier: { kind: 'token', path: 'Encounter.identifier' },
-      subject: { kind: 'patient', path: 'Encounter.subject' },
-      patient: { kind: 'patient', path: 'Encounter.subject' },
-    }),
-  },
-  Task: {
-    parameters: parametersOf({
-      _id: id,
-      identifier: { kind: 'token', path: 'Task.identifier' },
-      patient: { kind: 'patient', path: 'Task.for' },
-      subject: { kind: 'patient', path: 'Task.for' },
-      encounter: { kind: 'encounter', path: 'Task.encounter' },
-      status: { kind: 'element', element: 'status', type: 'token' },
-    }),
-  },
-  Questionnaire: {
-    parameters: parametersOf({
-      _id: id,
-      url: { kind: 'element', element: 'url', type: 'uri' },
-      version: { kind: 'element', element: 'version', type: 'token' },
-      identifier: { kind: 'token', path: 'Questionnaire.identifier' },
-    }),
-  },
+  Patient: written({ _id: id, identifier: { kind: 'token', path: 'Patient.identifier' } }),
+  Practitioner: written({ _id: id, identifier: { kind: 'token', path: 'Practitioner.identifier' } }),
+  Encounter: written({
+    _id: id,
+    identifier: { kind: 'token', path: 'Encounter.identifier' },
+    subject: { kind: 'patient', path: 'Encounter.subject' },
+    patient: { kind: 'patient', path: 'Encounter.subject' },
+  }),
+  Task: written({
+    _id: id,
+    identifier: { kind: 'token', path: 'Task.identifier' },
+    patient: { kind: 'patient', path: 'Task.for' },
+    subject: { kind: 'patient', path: 'Task.for' },
+    encounter: { kind: 'encounter', path: 'Task.encounter' },
+    status: { kind: 'element', element: 'status', type: 'token' },
+  }),
+  Questionnaire: written({
+    _id: id,
+    url: { kind: 'element', element: 'url', type: 'uri' },
+    version: { kind: 'element', element: 'version', type: 'token' },
+    identifier: { kind: 'token', path: 'Questionnaire.identifier' },
+  }),
   QuestionnaireResponse: {
     parameters: parametersOf({
       _id: id,
       subject: { kind: 'patient', path: 'QuestionnaireResponse.subject' },
       patient: { kind: 'patient', path: 'QuestionnaireResponse.subject' },
       encounter: { kind: 'encounter', path: 'QuestionnaireResponse.encounter' },
+      status: { kind: 'element', element: 'status', type: 'token' },
+      authored: questionnaireResponseAuthored,
     }),
     _include: ['QuestionnaireResponse:subject', 'QuestionnaireResponse:encounter'],
+    indexed: [questionnaireResponseAuthored.definition],
   },
-  ValueSet: {
-    parameters: parametersOf({
-      _id: id,
-      url: { kind: 'element', element: 'url', type: 'uri' },
-      version: { kind: 'element', element: 'version', type: 'token' },
-    }),
-  },
+  ValueSet: written({
+    _id: id,
+    url: { kind: 'element', element: 'url', type: 'uri' },
+    version: { kind: 'element', element: 'version', type: 'token' },
+  }),
+  ...(Object.fromEntries(CLINICAL_TYPES.map((type) => [type, clinicalSearch(type)])) as Record<
+    ClinicalType,
+    TypeSearch
+  >),
 };
 
 /**

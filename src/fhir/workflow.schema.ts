@@ -87,6 +87,8 @@ export const questionnaireSchema = z
     item: z.array(questionnaireItem).optional(),
   })
   .passthrough()
+  // The R5 invariants and item rules (issue 35) are checked on the write path
+  // (src/commands/fhir.ts parseContent): they are the form engine's, a floor above (docs/architecture.md "Layers").
   .transform(strip);
 
 /** QuestionnaireResponse items, recursively (docs/interface.md §2.6: linkId, text, answer with value[x]). */

@@ -99,7 +99,11 @@ export const createHttpApp = (casebook: Casebook): Koa => {
       if (outcome?.location) ctx.set('Location', `${casebook.config.fhirUrl}/${outcome.location}`);
       if (outcome) sendOutcome(ctx, outcome.status, outcome.issues);
       else sendOutcome(ctx, 500, [{ severity: 'fatal', code: 'exception', diagnostics: internal }]);
-    } else if (isApp(ctx.path) || (isHandover(ctx.path) && prefersHtml(ctx)))
+    } else if (
+      (isApp(ctx.path) && ctx.accepts('text/html', 'application/json') !== 'application/json') ||
+      (isHandover(ctx.path) && prefersHtml(ctx))
+    )
+      // docs/interface.md §1.3: the editor's own fetches (Accept: application/json) get problem+json.
       // A clinician's browser reopening a used or expired handover link reads a page, not JSON
       // (issue 32); API clients (Accept: application/json) keep problem+json (docs/interface.md §4.1).
       sendErrorPage(ctx, problem?.status ?? 500, problem?.detail ?? internal, problem?.code);

@@ -11,7 +11,7 @@ import { ZodError } from 'zod';
 import { isDatabaseUnavailable } from '../db/sql.js';
 import { DomainError, type DomainErrorKind } from '../domain/decider.js';
 import { EventIdConflict, UnstorableEvent, WrongExpectedVersion } from '../eventstore/port.js';
-import { ReadModelUnavailable } from '../projections/runner.js';
+import { ReadModelUnavailable } from '../queries/read-models.js';
 import { statusText } from '../status-text.js';
 
 const STATUS: Record<DomainErrorKind, number> = {

@@ -77,6 +77,8 @@ export const opsRouter = (casebook: Casebook): Router => {
         });
     }
     await readiness(casebook).catch(() => undefined);
+    // Subscription delivery lag and failures (issue 37), from the read model.
+    await casebook.notifier?.health().catch(() => undefined);
     ctx.set('Cache-Control', 'no-store');
     ctx.type = casebook.metrics.registry.contentType;
     ctx.body = await casebook.metrics.registry.metrics();

@@ -159,7 +159,7 @@ export const auditEventsProjection: Projection = {
     if (rows.length === 0) return;
     // Parallel arrays (arrayRows): a third to a fifth of PostgreSQL's time for the same rows as
     // json_to_recordset, which parsed every row's arrays and content out of one JSON document
-    // (~30–40 µs a row; bench/README.md). In the rows' order: `seq` numbers them as they come.
+    // (~30–40 µs a row; docs/performance.md "Parallel arrays instead of `json_to_recordset`"). In the rows' order: `seq` numbers them as they come.
     const { select } = arrayRows(VIEW_COLUMNS, (i, type) => `$${i + 1}::${type}`);
     await tx.query(
       `INSERT INTO rm_audit_events (${VIEW_NAMES}) SELECT ${VIEW_NAMES} FROM (${select}) x ORDER BY x.n

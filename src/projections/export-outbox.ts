@@ -32,8 +32,11 @@ import type { RecordedEvent } from '../eventstore/port.js';
 import type { ApplyMode, Projection } from './projection.js';
 import { rowsParam } from './projection.js';
 
-/** Statuses whose report is exported. */
-const EXPORTED_STATUSES = new Set(['completed', 'amended']);
+/**
+ * Statuses whose report is exported: completed (the original), amended (a correction),
+ * entered-in-error (a retraction; only a signed-off report can reach it: src/domain/report/report.ts).
+ */
+const EXPORTED_STATUSES = new Set(['completed', 'amended', 'entered-in-error']);
 /** States of a row whose report may still be sent (a failure or an abandon applies to them). */
 const OPEN_STATES = new Set(['pending', 'failed']);
 
@@ -129,7 +132,7 @@ const responseOf = (event: RecordedEvent): number | undefined => {
 // The rows of some reports, by primary key, in key order (locked with `lock`). A function with
 // enable_seqscan off: during a rebuild the table grows from empty without statistics, and the
 // plain statement, planned as a scan of the table filtered by the array of ids, cost 11 ms a page
-// at 12,000 reports (bench/README.md, stop 31) instead of ~1 ms by key.
+// at 12,000 reports (docs/performance.md "The export outbox read by key") instead of ~1 ms by key.
 const READ_FUNCTION = 'rm_export_outbox_read';
 const READ_DEFINITION = `
 CREATE OR REPLACE FUNCTION ${READ_FUNCTION}(ids integer[], lock boolean) RETURNS SETOF json LANGUAGE plpgsql

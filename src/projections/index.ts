@@ -3,6 +3,7 @@ import { exportOutboxProjection } from './export-outbox.js';
 import type { Projection } from './projection.js';
 import { resourcesProjection } from './resources.js';
 import { sessionsProjection } from './sessions.js';
+import { subscriptionsProjection } from './subscriptions.js';
 import { apiClientsProjection, tenantsProjection } from './tenants.js';
 
 /** Every read model, in the order the runner applies them. */
@@ -12,5 +13,6 @@ export const allProjections: readonly Projection[] = [
   sessionsProjection,
   resourcesProjection,
   exportOutboxProjection,
+  subscriptionsProjection,
   auditEventsProjection,
 ];

@@ -4,9 +4,8 @@
  * database, for an investigation. The live read models are not touched.
  */
 import pino from 'pino';
-import type { Casebook } from '../casebook.js';
-import { quoteIdentifier, withSearchPath } from '../db/sql.js';
-import type { Position } from '../eventstore/port.js';
+import { quoteIdentifier, type Sql, withSearchPath } from '../db/sql.js';
+import type { EventStore, Position } from '../eventstore/port.js';
 import { allProjections } from './index.js';
 import { ProjectionRunner } from './runner.js';
 
@@ -14,12 +13,13 @@ const SCHEMA = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /**
  * Builds the read models of `casebook`'s log up to `until` into `schema` (created; it must not
- * hold read models already).
+ * hold read models already). `casebook` is the log and its read-model database (the composition
+ * root, src/casebook.ts, is one; projections sit below it, docs/architecture.md "Layers").
  * @returns the number of events applied.
  * @throws {Error} for a schema name that is not a plain lower-case identifier, or one in use.
  */
 export const replayUntil = async (
-  casebook: Casebook,
+  casebook: { readonly store: EventStore; readonly sql: Sql },
   schema: string,
   until: Date | Position,
   onProgress?: (read: number, position: Position) => void,

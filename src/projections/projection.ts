@@ -61,7 +61,7 @@ export const rowsParam = (rows: readonly object[]): string => JSON.stringify(row
  * One row's array as a PostgreSQL array literal (`{"a","b\\"c"}`, `{1,2}`), for an `unnest` of
  * `text[]` parameters whose elements are cast back per row (`x.agents::text[]`): a table's array
  * columns filled from parallel array parameters, which PostgreSQL reads several times faster than
- * the same rows through `json_to_recordset` (bench/README.md, stop 28). Strings are quoted with
+ * the same rows through `json_to_recordset` (docs/performance.md "Parallel arrays instead of `json_to_recordset`"). Strings are quoted with
  * `"` and `\` escaped; numbers must be finite integers. No NULL element.
  */
 export const arrayLiteral = (values: readonly (string | number)[]): string =>
@@ -106,7 +106,7 @@ const jsonInput = (columns: readonly ApplyColumn[]): ApplyInput => ({
  * scalars as SQL arrays, the array columns as array literals ({@link arrayLiteral}) cast back per
  * row, the json columns as one JSON array each (as a `text[]` of documents, node-postgres escaped
  * every quote of every content). PostgreSQL reads rows this way in a third to a fifth of the time
- * `json_to_recordset` takes, which parsed each content twice (bench/README.md, stops 28 and 32).
+ * `json_to_recordset` takes, which parsed each content twice (docs/performance.md "Parallel arrays instead of `json_to_recordset`").
  * @param param the SQL that names column `i`'s parameter of SQL type `type` (`c0` in a function,
  *   `$1::integer[]` in a statement).
  * @returns `select`, a `SELECT` of the rows with the columns by name and their ordinal `n`, and

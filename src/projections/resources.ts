@@ -10,10 +10,12 @@ import { bumpSequence } from '../db/sequences.js';
 import type { Row, Sql } from '../db/sql.js';
 import { comparableIdentifier, comparableText } from '../domain/clinical/identifier.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
-import { EVENT_NAMES, resourceEventKind } from '../domain/fhir/resource.js';
+import { EVENT_NAMES, eventTypesOf, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
+import { SEARCH_PARAMETERS } from '../fhir/search.js';
+import { searchIndexOf } from '../fhir/search-index.js';
 import {
   type ApplyColumn,
   type ApplyInput,
@@ -24,7 +26,7 @@ import {
 } from './projection.js';
 
 /** The state of one resource after a batch, written with one statement for the whole batch. */
-interface ResourceRowChange {
+export interface ResourceRowChange {
   resource_type: ResourceType;
   id: number;
   tenant_id: number | null;
@@ -44,6 +46,9 @@ interface ResourceRowChange {
   /** What $everything follows from the row ({@link everythingLinksOf}); null with `content`. */
   practitioner_ids: number[] | null;
   questionnaire: string | null;
+  /** The search index of the content (src/fhir/search-index.ts); null with `content`. */
+  search_tokens: string[] | null;
+  search_dates: string[] | null;
 }
 
 /**
@@ -91,6 +96,9 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
   const { resourceType, id, source } = p;
   const compartment = source ? compartmentOf(resourceType, id, source.resource) : undefined;
   const links = source ? everythingLinksOf(resourceType, source.resource) : undefined;
+  const index = source
+    ? searchIndexOf(resourceType, source.resource, SEARCH_PARAMETERS[resourceType].indexed)
+    : undefined;
   return {
     resource_type: resourceType,
     id,
@@ -108,11 +116,16 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
     identifiers: source && !p.deleted ? identifiersOf(source.resource).map(comparableIdentifier) : [],
     practitioner_ids: links?.practitionerIds ?? null,
     questionnaire: links?.questionnaire ?? null,
+    search_tokens: index?.tokens ?? null,
+    search_dates: index?.dates ?? null,
   };
 };
 
-/** Folds a batch into the last state of each resource it touches. */
-const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
+/**
+ * Folds a batch into the last state of each resource it touches (pure: the rows the apply
+ * functions write; events that are not resource events are skipped).
+ */
+export const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
   const rows = new Map<string, PendingRow>();
   for (const event of events) {
     const kind = resourceEventKind(event.type);
@@ -189,6 +202,8 @@ const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'identifiers', type: 'json' },
   { name: 'practitioner_ids', type: 'integer[]' },
   { name: 'questionnaire', type: 'text' },
+  { name: 'search_tokens', type: 'text[]' },
+  { name: 'search_dates', type: 'text[]' },
 ];
 const applyDefinition = (fn: string, settings: string, input: ApplyInput) => `
 CREATE OR REPLACE FUNCTION ${fn}(${input.parameters}) RETURNS integer LANGUAGE plpgsql
@@ -199,13 +214,15 @@ BEGIN
 WITH input AS (${input.rows}),
 inserted AS (
   INSERT INTO rm_resources (resource_type, id, tenant_id, version_id, content, last_updated, deleted,
-                            patient_id, encounter_id, project, author, practitioner_ids, questionnaire)
+                            patient_id, encounter_id, project, author, practitioner_ids, questionnaire,
+                            search_tokens, search_dates)
   SELECT resource_type, id, tenant_id, version_id, content, last_updated, deleted, patient_id, encounter_id,
-         project, author, practitioner_ids, questionnaire FROM input WHERE created
+         project, author, practitioner_ids, questionnaire, search_tokens, search_dates FROM input WHERE created
   ON CONFLICT (resource_type, id) DO UPDATE SET version_id = EXCLUDED.version_id, content = EXCLUDED.content,
     last_updated = EXCLUDED.last_updated, deleted = EXCLUDED.deleted, patient_id = EXCLUDED.patient_id,
     encounter_id = EXCLUDED.encounter_id, practitioner_ids = EXCLUDED.practitioner_ids,
-    questionnaire = EXCLUDED.questionnaire
+    questionnaire = EXCLUDED.questionnaire, search_tokens = EXCLUDED.search_tokens,
+    search_dates = EXCLUDED.search_dates
     WHERE rm_resources.version_id < EXCLUDED.version_id
   -- xmax is 0 on a row this statement inserted, and set on one it updated instead (a creation
   -- delivered again): only an updated row can hold identifiers that must go.
@@ -216,7 +233,9 @@ updated AS (
     patient_id = CASE WHEN i.content IS NULL THEN r.patient_id ELSE i.patient_id END,
     encounter_id = CASE WHEN i.content IS NULL THEN r.encounter_id ELSE i.encounter_id END,
     practitioner_ids = CASE WHEN i.content IS NULL THEN r.practitioner_ids ELSE i.practitioner_ids END,
-    questionnaire = CASE WHEN i.content IS NULL THEN r.questionnaire ELSE i.questionnaire END
+    questionnaire = CASE WHEN i.content IS NULL THEN r.questionnaire ELSE i.questionnaire END,
+    search_tokens = CASE WHEN i.content IS NULL THEN r.search_tokens ELSE i.search_tokens END,
+    search_dates = CASE WHEN i.content IS NULL THEN r.search_dates ELSE i.search_dates END
   FROM input i
   WHERE NOT i.created AND r.resource_type = i.resource_type AND r.id = i.id AND r.version_id < i.version_id
   RETURNING r.resource_type, r.id, r.tenant_id, true AS replaced),
@@ -239,9 +258,7 @@ END
 $fn$`;
 
 /** Every resource event type (Patient, Encounter, …), from the decider's names. */
-const RESOURCE_EVENT_TYPES = new Set(
-  Object.values(EVENT_NAMES).flatMap((names) => Object.values(names) as string[]),
-);
+const RESOURCE_EVENT_TYPES = new Set(Object.values(EVENT_NAMES).flatMap(eventTypesOf));
 
 export const resourcesProjection: Projection = {
   name: 'resources',
@@ -261,12 +278,18 @@ export const resourcesProjection: Projection = {
       author text,
       practitioner_ids integer[],
       questionnaire text,
+      search_tokens text[],
+      search_dates text[],
       PRIMARY KEY (resource_type, id)
     );
     -- Read models made before $everything's columns: their rows keep NULL (read from the content,
     -- see everythingLinksOf) until a rebuild.
     ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS practitioner_ids integer[];
     ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS questionnaire text;
+    -- The search index of the R5 parameters (issue 35): rows written before it are found by those
+    -- parameters once the read model is rebuilt (casebook replay).
+    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS search_tokens text[];
+    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS search_dates text[];
     CREATE INDEX IF NOT EXISTS rm_resources_patient ON rm_resources (tenant_id, patient_id);
     CREATE INDEX IF NOT EXISTS rm_resources_encounter ON rm_resources (tenant_id, encounter_id);
     CREATE TABLE IF NOT EXISTS rm_resource_identifiers (
@@ -419,6 +442,13 @@ export interface ResourceQuery {
   readonly encounterIds?: readonly number[];
   /** Equality on a top-level string element of the content (e.g. url, version). */
   readonly elements?: readonly { element: string; values: readonly string[] }[];
+  /**
+   * Token and reference parameters of the R5 definitions: per criterion, the index entries
+   * (src/fhir/search-index.ts) of which the resource must hold one.
+   */
+  readonly tokens?: readonly (readonly string[])[];
+  /** Date parameters of the R5 definitions: per criterion, alternatives of which one must hold. */
+  readonly dates?: readonly (readonly DateCriterion[])[];
   /** Order (default: by id ascending); always tie-broken by id, so the order is total. */
   readonly sort?: SearchSort;
   /** Keyset: only rows strictly after this one in the order (before it with `backward`). */
@@ -429,11 +459,40 @@ export interface ResourceQuery {
 }
 
 /**
+ * One date search value (FHIR R5 search.html#date): the instants it covers as `[start, end)` in
+ * the index's ISO form, compared with each date the resource holds for `code` by `prefix`.
+ */
+export interface DateCriterion {
+  readonly code: string;
+  readonly prefix: 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb' | 'ap';
+  readonly start: string;
+  readonly end: string;
+}
+
+/** A date criterion as SQL over one index entry `d` (`code|start|end`), FHIR R5 search.html#prefix. */
+const DATE_COMPARISONS: Record<DateCriterion['prefix'], string> = {
+  eq: 'ds >= $s AND de <= $e',
+  ne: '(ds < $s OR de > $e)',
+  gt: 'de > $e',
+  lt: 'ds < $s',
+  ge: 'de > $s',
+  le: 'ds < $e',
+  sa: 'ds >= $e',
+  eb: 'de <= $s',
+  ap: 'ds < $e AND de > $s',
+};
+
+/**
  * A search order (docs/interface.md §4.4 "Paging"): `_id`, `_lastUpdated`, or a top-level string
  * element of the content (`url`, `version`, `status`, …); `descending` for `-name`.
  */
 export interface SearchSort {
-  readonly by: '_id' | '_lastUpdated' | { readonly element: string };
+  readonly by:
+    | '_id'
+    | '_lastUpdated'
+    | { readonly element: string }
+    /** A date parameter of the R5 definitions: by the earliest instant the resource holds for it. */
+    | { readonly date: string };
   readonly descending: boolean;
 }
 
@@ -472,6 +531,21 @@ const searchWhere = (type: ResourceType, tenantId: number, query: Omit<ResourceQ
   }
   for (const { element, values } of query.elements ?? [])
     where.push(`r.content->>${param(element)} = ANY(${param([...values])}::text[])`);
+  for (const entries of query.tokens ?? []) where.push(`r.search_tokens && ${param([...entries])}::text[]`);
+  for (const alternatives of query.dates ?? []) {
+    const tests = alternatives.map((c) => {
+      // Only the bounds the comparison names become parameters (an unused one has no type).
+      const template = DATE_COMPARISONS[c.prefix];
+      const start = template.includes('$s') ? `${param(c.start)}::text COLLATE "C"` : '';
+      const end = template.includes('$e') ? `${param(c.end)}::text COLLATE "C"` : '';
+      const comparison = template.replaceAll('$s', start).replaceAll('$e', end);
+      return `(d.code = ${param(c.code)} AND ${comparison})`;
+    });
+    where.push(
+      // Compared byte-wise (COLLATE "C"): the index's fixed-width UTC ISO text sorts as time.
+      `EXISTS (SELECT 1 FROM (SELECT split_part(x, '|', 1) AS code, split_part(x, '|', 2) COLLATE "C" AS ds, split_part(x, '|', 3) COLLATE "C" AS de FROM unnest(r.search_dates) x) d WHERE ${tests.join(' OR ')})`,
+    );
+  }
   return { where, params, param };
 };
 
@@ -505,7 +579,15 @@ const identifierSearch = (
 ): IdentifierSearch | undefined => {
   const [identifier, ...others] = query.identifiers ?? [];
   if (!identifier || others.length > 0 || !identifier.system) return undefined;
-  if (query.ids || query.patientIds || query.encounterIds || query.elements?.length) return undefined;
+  if (
+    query.ids ||
+    query.patientIds ||
+    query.encounterIds ||
+    query.elements?.length ||
+    query.tokens?.length ||
+    query.dates?.length
+  )
+    return undefined;
   if (query.after || query.backward || (query.sort && (query.sort.by !== '_id' || query.sort.descending)))
     return undefined;
   return {
@@ -580,7 +662,12 @@ const searchRows = async (
       ? ['r.id', 'int']
       : by === '_lastUpdated'
         ? ['r.last_updated', 'timestamptz']
-        : [`coalesce(r.content->>${param(by.element)}, '')`, 'text'];
+        : 'date' in by
+          ? [
+              `coalesce((SELECT min(split_part(x, '|', 2)) FROM unnest(r.search_dates) x WHERE split_part(x, '|', 1) = ${param(by.date)}::text), '')`,
+              'text',
+            ]
+          : [`coalesce(r.content->>${param(by.element)}, '')`, 'text'];
   // Descending order walked backwards is ascending, and the other way round.
   const descending = (query.sort?.descending ?? false) !== (query.backward ?? false);
   if (query.after) {

@@ -791,7 +791,7 @@ export class ProjectionRunner {
       // Outside a caller's transaction on PostgreSQL, each projection gets its own transaction
       // (with its checkpoint), all at once on the pool: one projection's statements run in the
       // server while the next one's rows are folded here (a rebuild of 200,000 events on 2 cores: 9.2 s
-      // in one transaction per page, 6.4 s so; bench/README.md).
+      // in one transaction per page, 6.4 s so; docs/performance.md "Rebuild and replay").
       const names = [...checkpoints];
       const alone = names.map(([name, checkpoint]) => new Map([[name, checkpoint]]));
       const settled = await Promise.allSettled(alone.map((one) => this.applyCatchUp(page, one, sql)));

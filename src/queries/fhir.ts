@@ -10,6 +10,7 @@ import { DomainError } from '../domain/decider.js';
 import {
   type ChangedData,
   type CreatedData,
+  isResourceType,
   type ResourceType,
   resourceEventKind,
   resourceStream,
@@ -28,9 +29,11 @@ import { DEFINITIONS, type ResourceDefinition } from '../fhir/definitions.js';
 import { MAX_RESOURCE_ID, resourceIdIn, toFhirResource } from '../fhir/references.js';
 import { tokenOf } from '../fhir/resources.js';
 import { countOf, SEARCH_PARAMETERS, type SearchParameter, searchDateRange } from '../fhir/search.js';
+import { referenceEntry, referencesOf, tokenEntry } from '../fhir/search-index.js';
 import { isFhirString } from '../fhir/strings.js';
 import {
   countResources,
+  type DateCriterion,
   everythingLinksOf,
   type KeyedRow,
   type ResourceQuery,
@@ -454,6 +457,55 @@ const isCursorKeyOf = (by: SearchSort['by'], key: string): boolean => {
   return isFhirString(key);
 };
 
+/** Orders a search can be sorted by, beside `_id` and `_lastUpdated`. */
+const isSortable = (p: SearchParameter): boolean =>
+  p.kind === 'element' || (p.kind === 'indexed' && p.definition.type === 'date');
+
+const DATE_PREFIX = /^(eq|ne|gt|lt|ge|le|sa|eb|ap)?(.*)$/;
+
+/**
+ * A date search value's alternatives (FHIR R5 search.html#date: a prefix, then a date, a month, a
+ * year or an instant; commas for alternatives) as index comparisons.
+ * @throws {DomainError} 400 for a value that is not a date.
+ */
+const dateCriteria = (name: string, code: string, value: string): DateCriterion[] =>
+  value
+    .split(',')
+    .filter(Boolean)
+    .map((v) => {
+      const [, prefix, text] = DATE_PREFIX.exec(v)!;
+      const range = searchDateRange(text!);
+      if (!range)
+        throw new DomainError(
+          'invalid',
+          'InvalidDate',
+          `${name}=${v} must be a date such as 2026, 2026-03, 2026-03-01 or 2026-03-01T10:00:00Z, after an optional prefix (eq, ne, gt, lt, ge, le, sa, eb, ap)`,
+          name,
+        );
+      return {
+        code,
+        prefix: (prefix ?? 'eq') as DateCriterion['prefix'],
+        start: range.start.toISOString(),
+        end: range.end.toISOString(),
+      };
+    });
+
+/**
+ * A reference search value as the index holds it (`Type/id`): `Type/id`, or a bare id when the
+ * parameter targets one type. Ids are compared as written.
+ * @throws {DomainError} 400 for another form.
+ */
+const referenceValue = (name: string, value: string, targets: readonly string[]): string => {
+  if (/^[A-Z][A-Za-z]{1,63}\/[A-Za-z0-9\-.]{1,64}$/.test(value)) return value;
+  if (/^[A-Za-z0-9\-.]{1,64}$/.test(value) && targets.length === 1) return `${targets[0]}/${value}`;
+  throw new DomainError(
+    'invalid',
+    'InvalidReference',
+    `${name}=${value} must be Type/<id>${targets.length === 1 ? ' or <id>' : ''}`,
+    name,
+  );
+};
+
 /** A parsed search: the query, the paging and the `_include`s. */
 export interface ParsedSearch {
   readonly query: Omit<ResourceQuery, 'limit'>;
@@ -479,6 +531,8 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
     patientIds?: number[];
     encounterIds?: number[];
     elements?: { element: string; values: string[] }[];
+    tokens?: string[][];
+    dates?: DateCriterion[][];
   } = {};
   let count = DEFAULT_SEARCH_COUNT;
   let total: TotalMode = 'accurate';
@@ -533,12 +587,14 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
       const parameter = supported.parameters.get(key);
       if (key === '_id' || key === '_lastUpdated') sort = { by: key, descending };
       else if (parameter?.kind === 'element') sort = { by: { element: parameter.element }, descending };
+      else if (parameter?.kind === 'indexed' && parameter.definition.type === 'date')
+        sort = { by: { date: parameter.definition.code }, descending };
       else
         throw new DomainError(
           'invalid',
           'UnsupportedSort',
           `_sort=${key} is not supported on ${type} (supported: _id, _lastUpdated${[...supported.parameters]
-            .filter(([, p]) => p.kind === 'element')
+            .filter(([, p]) => isSortable(p))
             .map(([n]) => `, ${n}`)
             .join('')})`,
           '_sort',
@@ -567,6 +623,14 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
         name,
         { issueCode: 'not-supported' },
       );
+    // A date parameter may be given twice (a range: `date=ge2026-01&date=lt2026-03`), each ANDed.
+    if (parameter.kind === 'indexed' && parameter.definition.type === 'date') {
+      criteria.dates = [
+        ...(criteria.dates ?? []),
+        ...values.map((v) => dateCriteria(name, parameter.definition.code, v)),
+      ];
+      continue;
+    }
     if (values.length > 1)
       throw new DomainError(
         'invalid',
@@ -611,6 +675,18 @@ export const parseSearch = (type: ResourceType, query: SearchParams): ParsedSear
           { element: parameter.element, values: alternatives },
         ];
         break;
+      case 'indexed': {
+        const { code, type: kind, target } = parameter.definition;
+        const entries =
+          kind === 'token'
+            ? alternatives.map((v) => {
+                const token = tokenOf(v);
+                return tokenEntry(code, token.system, token.value);
+              })
+            : alternatives.map((v) => referenceEntry(code, referenceValue(name, v, target ?? [])));
+        criteria.tokens = [...(criteria.tokens ?? []), entries];
+        break;
+      }
     }
   }
   if (cursor && cursor.sort !== sortText)
@@ -717,9 +793,29 @@ export const search = async (
     }
   }
   const included: ResourceRow[] = [];
-  for (const include of includes) {
-    const [, element] = include.split(':') as [string, string];
-    const target: ResourceType = element === 'encounter' ? 'Encounter' : 'Patient';
+  const include = (rows: readonly ResourceRow[]) => {
+    for (const row of visibleRows(principal, rows))
+      if (!included.some((i) => i.resourceType === row.resourceType && i.id === row.id)) included.push(row);
+  };
+  for (const name of includes) {
+    const [, element] = name.split(':') as [string, string];
+    const parameter = SEARCH_PARAMETERS[def.type].parameters.get(element);
+    if (parameter?.kind === 'indexed') {
+      // A reference parameter of the R5 definitions: the references its expression finds in each
+      // match, to resources of casebook's types by their ids.
+      const byType = new Map<ResourceType, Set<number>>();
+      for (const row of page)
+        for (const reference of referencesOf(def.type, row.resource, parameter.definition)) {
+          const [targetType, idText] = reference.split('/') as [string, string | undefined];
+          const id = idText === undefined ? undefined : resourceIdIn(idText);
+          if (!isResourceType(targetType) || id === undefined) continue;
+          byType.set(targetType, (byType.get(targetType) ?? new Set()).add(id));
+        }
+      for (const [targetType, ids] of byType)
+        include(await searchResources(sql, targetType, principal.tenantId, { ids: [...ids], limit: 1000 }));
+      continue;
+    }
+    const target: ResourceType = parameter?.kind === 'encounter' ? 'Encounter' : 'Patient';
     const ids = [
       ...new Set(
         page
@@ -728,11 +824,7 @@ export const search = async (
       ),
     ];
     if (ids.length === 0) continue;
-    for (const row of visibleRows(
-      principal,
-      await searchResources(sql, target, principal.tenantId, { ids, limit: 1000 }),
-    ))
-      if (!included.some((i) => i.resourceType === row.resourceType && i.id === row.id)) included.push(row);
+    include(await searchResources(sql, target, principal.tenantId, { ids, limit: 1000 }));
   }
   return { matches: page, total, included, next, previous };
 };

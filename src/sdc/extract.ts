@@ -9,6 +9,14 @@
 import r5 from 'fhirpath/fhir-context/r5';
 import { v5 as uuidv5 } from 'uuid';
 import type { EvaluationBudget } from './budget.js';
+import {
+  EXTRACT_ALLOCATE_ID,
+  extractFromTemplates,
+  TEMPLATE_EXTRACT,
+  TEMPLATE_EXTRACT_BUNDLE,
+  TEMPLATE_EXTRACT_CONTEXT,
+  TEMPLATE_EXTRACT_VALUE,
+} from './extract-template.js';
 import { evaluateFhirPath } from './fhirpath.js';
 import type {
   Extension,
@@ -351,6 +359,9 @@ interface Scope {
  *   fhirpath.js R5 model (so `gender` gets a code and `maritalStatus` a CodeableConcept; repeating
  *   elements become arrays). A group with a `definition` opens one element instance per group
  *   repetition. `sdc-questionnaire-definitionExtractValue` sets fixed values or FHIRPath results.
+ * - template-based (SDC 4.0, issue 35): src/sdc/extract-template.ts; its entries follow.
+ * Extraction extensions casebook does not act on are warnings naming them; a form that asks for
+ * extraction and yields nothing gets an informational issue saying so.
  *
  * Entries are `POST <type>` with fullUrl `urn:uuid:<uuid v5>` of the response id (or content) and
  * the item's place, so extracting the same response twice gives the same Bundle.
@@ -838,14 +849,87 @@ export const extract = async (
     });
   }
 
+  // Template-based extraction (SDC 4.0): src/sdc/extract-template.ts.
+  const templated = extractFromTemplates({
+    response,
+    questionnaire,
+    uuid: (key) => uuidv5(`${seed}#${key}`, EXTRACT_NAMESPACE),
+    warn,
+    now,
+    ...(options.budget ? { budget: options.budget } : {}),
+  });
+  entries.push(...templated.entries);
+
+  reportUnsupported(questionnaire, warn);
+  if (entries.length === 0 && issues.length === 0 && asksForExtraction(questionnaire))
+    issues.push({
+      severity: 'information',
+      code: 'informational',
+      diagnostics:
+        'the Questionnaire asks for extraction, but the response holds no answers that extract to a resource',
+      expression: ['QuestionnaireResponse'],
+    });
+
   return {
     bundle: {
       resourceType: 'Bundle',
+      ...(templated.bundle ?? {}),
       type: 'transaction',
       ...(entries.length > 0 ? { entry: entries } : {}),
     },
     issues: { resourceType: 'OperationOutcome', issue: issues },
   };
+};
+
+/** The extraction extensions this module acts on (anything else of SDC's `…xtract…` is reported). */
+const SUPPORTED_EXTRACTION = new Set([
+  OBSERVATION_EXTRACT,
+  OBSERVATION_EXTRACT_CATEGORY,
+  DEFINITION_EXTRACT,
+  DEFINITION_EXTRACT_VALUE,
+  TEMPLATE_EXTRACT,
+  TEMPLATE_EXTRACT_BUNDLE,
+  EXTRACT_ALLOCATE_ID,
+]);
+
+/** Whether the form asks for any kind of extraction. */
+const asksForExtraction = (questionnaire: Questionnaire): boolean => {
+  const visit = (element: { extension?: unknown; item?: unknown }): boolean =>
+    arrayOf<Extension>(element.extension).some((e) => SUPPORTED_EXTRACTION.has(e.url)) ||
+    arrayOf<QuestionnaireItem>(element.item).some(visit);
+  return visit(questionnaire);
+};
+
+/**
+ * Reports extraction extensions of the Questionnaire and its items that casebook does not act on
+ * (issue 35: no extraction feature is silently ignored): an SDC extension whose name speaks of
+ * extraction and is none of {@link SUPPORTED_EXTRACTION}, and template extensions outside a template.
+ */
+const reportUnsupported = (
+  questionnaire: Questionnaire,
+  warn: (diagnostics: string, expression?: string, code?: string) => void,
+): void => {
+  const visit = (element: { extension?: unknown; item?: unknown }, path: string) => {
+    arrayOf<Extension>(element.extension).forEach((extension, i) => {
+      const url = extension.url;
+      if (url === TEMPLATE_EXTRACT_CONTEXT || url === TEMPLATE_EXTRACT_VALUE)
+        warn(
+          `${url.split('/').pop()} acts only inside a contained template resource, not on the Questionnaire or its items: ignored`,
+          `${path}.extension[${i}]`,
+        );
+      else if (
+        url.startsWith(`${SDC}/`) &&
+        /xtract/i.test(url) &&
+        !SUPPORTED_EXTRACTION.has(url) &&
+        url !== ITEM_EXTRACTION_CONTEXT
+      )
+        warn(`${url.split('/').pop()} is not supported by $extract: ignored`, `${path}.extension[${i}]`);
+    });
+    arrayOf<QuestionnaireItem>(element.item).forEach((item, i) => {
+      visit(item, `${path}.item[${i}]`);
+    });
+  };
+  visit(questionnaire, 'Questionnaire');
 };
 
 const hasAnswers = (rItem: QuestionnaireResponseItem): boolean =>

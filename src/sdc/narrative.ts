@@ -7,6 +7,7 @@
  */
 import { answerText as answerDisplay } from './engine/display.js';
 import type {
+  Coding,
   Questionnaire,
   QuestionnaireItem,
   QuestionnaireResponse,
@@ -35,6 +36,15 @@ interface RenderedAnswer {
 }
 
 const EMPTY_TEXT = 'No answers recorded.';
+
+/** Options of {@link generateNarrative}. */
+export interface NarrativeOptions {
+  /**
+   * The codings of the items' answerValueSets by canonical, with their displays (issue 35): a coded
+   * answer without a display reads as the ValueSet's display for its code.
+   */
+  readonly valueSetCodings?: ReadonlyMap<string, readonly Coding[]>;
+}
 const XHTML_NS = 'http://www.w3.org/1999/xhtml';
 
 /**
@@ -47,11 +57,16 @@ const XHTML_NS = 'http://www.w3.org/1999/xhtml';
  * attachments by title and url; references by display, then reference. Several answers are joined
  * with `, `. Unanswered questions and groups with nothing answered are left out.
  *
- * Plain text: the Questionnaire's title (when given) and a blank line; top-level groups as
+ * Plain text: the Questionnaire's title (when given) and a blank line; for an `amended` or
+ * `entered-in-error` response a status line (`AMENDED REPORT: …`, `ENTERED IN ERROR: …`, also the
+ * XHTML's first paragraph) and a blank line; top-level groups as
  * UPPERCASE headings set off by blank lines; nested groups as `Heading:` with their items
  * indented two spaces per level; `Question: answer` lines (no colon added after a `?` or `:`);
  * multi-line answers and items nested under an answer indented beneath their question; repeated
  * answers that carry nested items as `- ` bullets. Repeated groups are numbered (`Nodule 1`).
+ *
+ * A coded answer without a display takes its answerValueSet's display (`options.valueSetCodings`),
+ * before the answerOption's and the code.
  *
  * XHTML: `<h1>` title, one `<div>` per group with an `<h2>`…`<h6>` heading, questions as
  * `<dl>` of `<dt>` question / `<dd>` answer, line breaks as `<br/>`; characters XML forbids are
@@ -60,6 +75,7 @@ const XHTML_NS = 'http://www.w3.org/1999/xhtml';
 export const generateNarrative = (
   response: QuestionnaireResponse,
   questionnaire?: Questionnaire,
+  options: NarrativeOptions = {},
 ): Narrative => {
   const definitions = new Map<string, QuestionnaireItem>();
   const collect = (items: readonly QuestionnaireItem[] | undefined) => {
@@ -70,9 +86,26 @@ export const generateNarrative = (
     }
   };
   collect(questionnaire?.item);
-  const nodes = outline(asArray<QuestionnaireResponseItem>(response.item), definitions);
+  const nodes = outline(
+    asArray<QuestionnaireResponseItem>(response.item),
+    definitions,
+    options.valueSetCodings ?? new Map(),
+  );
   const title = typeof questionnaire?.title === 'string' ? singleLine(questionnaire.title) : '';
-  return { xhtml: toXhtml(title, nodes), text: toText(title, nodes) };
+  // Object.hasOwn: a status such as `constructor` is no note, never an inherited property.
+  const statusCode = String(response.status ?? '');
+  const status = Object.hasOwn(STATUS_NOTES, statusCode) ? STATUS_NOTES[statusCode]! : '';
+  return { xhtml: toXhtml(title, nodes, status), text: toText(title, nodes, status) };
+};
+
+/**
+ * The line a changed report's narrative starts with (issue 32): an amended report says so, and an
+ * entered-in-error one says it is withdrawn, so a reader of the text alone cannot take either for
+ * the original.
+ */
+const STATUS_NOTES: Record<string, string> = {
+  amended: 'AMENDED REPORT: this version replaces the earlier one.',
+  'entered-in-error': 'ENTERED IN ERROR: this report is withdrawn and must not be used.',
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -81,6 +114,7 @@ export const generateNarrative = (
 const outline = (
   items: readonly QuestionnaireResponseItem[],
   definitions: ReadonlyMap<string, QuestionnaireItem>,
+  valueSets: ReadonlyMap<string, readonly Coding[]>,
 ): Node[] => {
   const nodes = items.flatMap((item): { linkId: string; node: Node }[] => {
     if (!isObject(item)) return [];
@@ -93,11 +127,11 @@ const outline = (
       'Item';
     const answers = asArray<QuestionnaireResponseAnswer>(item.answer).flatMap((answer): RenderedAnswer[] => {
       if (!isObject(answer)) return [];
-      const value = answerText(answer, definition);
-      const children = outline(asArray<QuestionnaireResponseItem>(answer.item), definitions);
+      const value = answerText(withValueSetDisplay(answer, definition, valueSets), definition);
+      const children = outline(asArray<QuestionnaireResponseItem>(answer.item), definitions, valueSets);
       return value || children.length ? [{ value, children }] : [];
     });
-    const children = outline(asArray<QuestionnaireResponseItem>(item.item), definitions);
+    const children = outline(asArray<QuestionnaireResponseItem>(item.item), definitions, valueSets);
     if (answers.length === 0)
       return children.length ? [{ linkId, node: { kind: 'group', label, children } }] : [];
     // A question with child items of its own (not valid FHIR, but seen): keep them under its last answer.
@@ -120,6 +154,26 @@ const outline = (
   });
 };
 
+/** A coded answer without a display, given the display its item's answerValueSet has for the code. */
+const withValueSetDisplay = (
+  answer: QuestionnaireResponseAnswer,
+  definition: QuestionnaireItem | undefined,
+  valueSets: ReadonlyMap<string, readonly Coding[]>,
+): QuestionnaireResponseAnswer => {
+  const coding = answer.valueCoding;
+  if (!isObject(coding) || (typeof coding.display === 'string' && coding.display.trim())) return answer;
+  const canonical = definition?.answerValueSet;
+  if (typeof canonical !== 'string') return answer;
+  const found = valueSets
+    .get(canonical)
+    ?.find(
+      (c) =>
+        c.code === coding.code &&
+        (coding.system === undefined || c.system === undefined || c.system === coding.system),
+    );
+  return found?.display ? { ...answer, valueCoding: { ...coding, display: found.display } } : answer;
+};
+
 /**
  * The text of one answer (src/sdc/engine/display.ts: the editor's rendering too, units included);
  * '' when it has none we can show. Text answers keep their line breaks; the rest is one line.
@@ -135,9 +189,10 @@ const answerText = (
 // ---------------------------------------------------------------------------------------------
 // Plain text
 
-const toText = (title: string, nodes: readonly Node[]): string => {
+const toText = (title: string, nodes: readonly Node[], status: string): string => {
   const lines: string[] = [];
   if (title) lines.push(title, '');
+  if (status) lines.push(status, '');
   if (nodes.length === 0) lines.push(EMPTY_TEXT);
   nodes.forEach((node, i) => {
     // Top-level groups stand apart; a question after a group must not read as part of it.
@@ -199,9 +254,10 @@ const introducing = (label: string): string => (/[?:]$/.test(label) ? label : `$
 // ---------------------------------------------------------------------------------------------
 // XHTML
 
-const toXhtml = (title: string, nodes: readonly Node[]): string => {
+const toXhtml = (title: string, nodes: readonly Node[], status: string): string => {
   const body = nodes.length === 0 ? `<p>${escapeXml(EMPTY_TEXT)}</p>` : xhtmlBlocks(nodes, 2);
-  return `<div xmlns="${XHTML_NS}">${title ? `<h1>${escapeXml(title)}</h1>` : ''}${body}</div>`;
+  const note = status ? `<p><strong>${escapeXml(status)}</strong></p>` : '';
+  return `<div xmlns="${XHTML_NS}">${title ? `<h1>${escapeXml(title)}</h1>` : ''}${note}${body}</div>`;
 };
 
 /** Groups as `<div>` sections with a heading; runs of questions as one `<dl>`. */

@@ -17,7 +17,25 @@ import {
   EXT_VARIABLE,
 } from './engine/extensions.js';
 import { defineForm, runForm } from './engine/index.js';
-import { evaluateFhirPathTyped, type FhirPathEnv, FhirPathError, type TypedValue } from './fhirpath.js';
+import { answerKeyOf, syntaxProblem } from './engine/values.js';
+import { membersOf, resolveAnswerValueSets } from './engine/valuesets.js';
+import {
+  expandQuery,
+  FhirQueryError,
+  type FhirQueryRunner,
+  parseQuery,
+  QUERY_MAX_COUNT,
+  QueryBudget,
+  X_FHIR_QUERY,
+} from './fhir-query.js';
+import {
+  evaluateFhirPath,
+  evaluateFhirPathTyped,
+  expressionReferences,
+  type FhirPathEnv,
+  FhirPathError,
+  type TypedValue,
+} from './fhirpath.js';
 import type {
   CanonicalResolver,
   Coding,
@@ -35,6 +53,7 @@ import type {
 /** The extensions $populate reads (SDC IG "Expression-based population", "Calculations"). */
 export const POPULATE_EXTENSIONS = {
   launchContext: EXT_LAUNCH_CONTEXT,
+  sourceQueries: 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-sourceQueries',
   variable: EXT_VARIABLE,
   initialExpression: EXT_INITIAL_EXPRESSION,
   itemPopulationContext: EXT_ITEM_POPULATION_CONTEXT,
@@ -56,12 +75,24 @@ export interface PopulateInput {
    * Questionnaire has no `url` (issue 13: `questionnaire` is 1..1 in R5).
    */
   readonly questionnaireReference?: string;
-  /** The response's subject; without it, the `subject`/`patient` context resource's `Type/id`. */
-  readonly subject?: { reference?: string };
+  /**
+   * The response's subject, a Reference copied as it is (another server's absolute reference
+   * included); without it, the `subject`/`patient` context resource's `Type/id`.
+   */
+  readonly subject?: Json;
   /** Launch contexts and supplied variables (SDC $populate `context`: `name` + `content`). */
   readonly context: { name: string; content: Json }[];
-  /** Unused by population itself today; accepted so callers pass one resolver to every operation. */
+  /** Resolves the items' answerValueSets (codes become Codings through them). */
   readonly resolve?: CanonicalResolver;
+  /**
+   * Runs the searches of `x-fhir-query` expressions (src/sdc/fhir-query.ts); without it such
+   * expressions are reported as not supported.
+   */
+  readonly query?: FhirQueryRunner;
+  /** The request's query budget (time and number of queries), apart from FHIRPath's. */
+  readonly queryBudget?: QueryBudget;
+  /** The server's own FHIR base URLs: a query may be absolute under one of them. */
+  readonly fhirBases?: readonly string[];
   /** What `now()`/`today()` answer; the wall clock without it. */
   readonly now?: Date;
   /** The request's evaluation budget (src/sdc/budget.ts), shared by every expression. */
@@ -169,8 +200,8 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     resource && typeof resource.resourceType === 'string' && typeof resource.id === 'string'
       ? { reference: `${resource.resourceType}/${resource.id}` }
       : undefined;
-  const subject = input.subject?.reference
-    ? { reference: input.subject.reference }
+  const subject = input.subject
+    ? clone(input.subject)
     : referenceTo(contexts.get('subject') ?? contexts.get('patient'));
   const encounter = referenceTo(contexts.get('encounter'));
   const author = referenceTo(contexts.get('user'));
@@ -243,7 +274,9 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     if (expr.language !== undefined && expr.language !== 'text/fhirpath') {
       sink.add(
         'not-supported',
-        `${extName} in language ${expr.language} is not supported (only text/fhirpath); it is ignored`,
+        expr.language === X_FHIR_QUERY
+          ? `${extName} can't be an ${X_FHIR_QUERY} (only a variable, itemPopulationContext or sourceQueries can); it is ignored`
+          : `${extName} in language ${expr.language} is not supported (only text/fhirpath); it is ignored`,
         path,
       );
       return undefined;
@@ -265,15 +298,79 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     }
   };
 
+  // --- x-fhir-query (issue 35): searches of casebook's own data, within the query budget ---
+  const queryBudget = input.queryBudget ?? new QueryBudget();
+  /** Variables whose query was not run for want of budget: the items using them are named. */
+  const unfunded = new Map<string, string>();
+
+  /**
+   * Runs one x-fhir-query (its `{{…}}` evaluated on `focus`/`env`) and answers its searchset
+   * Bundle; undefined after recording an issue (not supported, out of budget, failed).
+   */
+  const runQuery = async (
+    label: string,
+    template: string,
+    focus: { node: unknown; base?: string },
+    env: FhirPathEnv,
+    path: string,
+    sink: Issues,
+    variable?: string,
+  ): Promise<Json | undefined> => {
+    if (!input.query) {
+      sink.add('not-supported', `${label}: ${X_FHIR_QUERY} is not supported here; it is ignored`, path);
+      return undefined;
+    }
+    if (queryBudget.remainingMs <= 0 || queryBudget.remainingQueries <= 0) {
+      if (variable) unfunded.set(variable, path);
+      sink.add(
+        'too-costly',
+        `${label}: the request's query budget is used up (at most ${queryBudget.remainingQueries <= 0 ? 'the allowed number of queries' : 'its time'}); '${template}' is not run`,
+        path,
+      );
+      return undefined;
+    }
+    try {
+      const expanded = expandQuery(
+        template,
+        (expression) =>
+          memberPath(expression, env) ??
+          evaluateFhirPath(
+            focus.node,
+            expression,
+            { ...env, resource: response, questionnaire },
+            { ...options, ...(focus.base ? { base: focus.base } : {}) },
+          ),
+      );
+      const { type, parameters } = parseQuery(expanded, input.fhirBases ?? []);
+      queryBudget.remainingQueries -= 1;
+      const started = performance.now();
+      try {
+        return await input.query(type, parameters, QUERY_MAX_COUNT);
+      } finally {
+        queryBudget.remainingMs -= performance.now() - started;
+      }
+    } catch (error) {
+      if (error instanceof FhirQueryError) sink.add(error.code, `${label}: ${error.message}`, path);
+      else if (error instanceof FhirPathError)
+        sink.add(
+          'processing',
+          `${label}: an embedded expression of '${template}' failed: ${error.message}`,
+          path,
+        );
+      else throw error;
+      return undefined;
+    }
+  };
+
   /** Evaluates the `variable` extensions of `element` in order into a new environment. */
-  const withVariables = (
+  const withVariables = async (
     element: { extension?: unknown },
     pathOf: (index: number) => string,
     focus: { node: unknown; base?: string },
     env: FhirPathEnv,
     sink: Issues,
     supplied: ReadonlySet<string> = new Set(),
-  ): FhirPathEnv => {
+  ): Promise<FhirPathEnv> => {
     const scope = { ...env };
     for (const { ext, index } of extensionsOf(element, POPULATE_EXTENSIONS.variable)) {
       const expr = valueExpressionOf(ext);
@@ -283,6 +380,19 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
         continue;
       }
       if (supplied.has(expr.name)) continue; // SDC $populate: a context part may supply a root variable.
+      if (expr.language === X_FHIR_QUERY && typeof expr.expression === 'string') {
+        const bundle = await runQuery(
+          `variable %${expr.name}`,
+          expr.expression,
+          focus,
+          scope,
+          path,
+          sink,
+          expr.name,
+        );
+        scope[expr.name] = bundle ? [bundle] : [];
+        continue;
+      }
       const result = evaluate(`variable %${expr.name}`, expr, focus, scope, path, sink);
       scope[expr.name] = result ? result.map((r) => r.raw) : [];
     }
@@ -302,7 +412,12 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     return answers;
   };
 
-  const staticAnswers = (item: QuestionnaireItem): Answer[] => {
+  /**
+   * `initial.value[x]`, else the answerOptions with `initialSelected`: each checked against the
+   * item's type (its answer key, and the value's FHIR syntax); one that does not fit is left out
+   * with an issue, so the response $validate then accepts is what $populate produced (issue 35).
+   */
+  const staticAnswers = (item: QuestionnaireItem, path: string): Answer[] => {
     const fromInitial = arrayOf<Record<string, unknown>>(item.initial)
       .filter(isObject)
       .map(valueXOf)
@@ -311,13 +426,125 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
       .filter((o) => isObject(o) && o.initialSelected === true)
       .map(valueXOf)
       .filter((v): v is [string, unknown] => v !== undefined);
-    const values = fromInitial.length > 0 ? fromInitial : fromOptions;
+    const what = fromInitial.length > 0 ? 'initial' : 'answerOption (initialSelected)';
+    const expected = answerKeyOf(item.type);
+    const openString = item.answerConstraint === 'optionsOrString' || item.type === 'open-choice';
+    const values = (fromInitial.length > 0 ? fromInitial : fromOptions).filter(([key, value]) => {
+      if (expected && key !== expected && !(openString && key === 'valueString')) {
+        issues.add(
+          'value',
+          `${what} ${key} of item '${item.linkId}' does not fit its type ${item.type} (answers are ${expected}); the value is ignored`,
+          path,
+        );
+        return false;
+      }
+      const syntax = syntaxProblem(key, value);
+      if (syntax) {
+        issues.add('value', `${what} ${key} of item '${item.linkId}' ${syntax}; the value is ignored`, path);
+        return false;
+      }
+      return true;
+    });
+    if (!item.repeats && values.length > 1)
+      issues.add(
+        'value',
+        `item '${item.linkId}' does not repeat but has ${values.length} initial values; the first is used`,
+        path,
+      );
     return (item.repeats ? values : values.slice(0, 1)).map(([key, value]) => ({ [key]: clone(value) }));
+  };
+
+  // Codes of answerValueSets (issue 35): a code or a display-less Coding becomes the ValueSet's Coding.
+  const valueSetCodings = new Map<string, Coding[]>();
+  for (const [canonical, valueSet] of await resolveAnswerValueSets(questionnaire, input.resolve))
+    valueSetCodings.set(
+      canonical,
+      membersOf(valueSet).codes.map((c) => ({
+        ...(c.system !== undefined ? { system: c.system } : {}),
+        code: c.code,
+        ...(c.display !== undefined ? { display: c.display } : {}),
+      })),
+    );
+  /** Expression results of a coded item with an answerValueSet (and no answerOption), as its Codings. */
+  const throughValueSet = (item: QuestionnaireItem, values: TypedValue[]): TypedValue[] => {
+    const codings =
+      typeof item.answerValueSet === 'string' && arrayOf(item.answerOption).length === 0
+        ? valueSetCodings.get(item.answerValueSet)
+        : undefined;
+    if (!codings) return values;
+    return values.map((typed) => {
+      const code =
+        typeof typed.value === 'string'
+          ? { code: typed.value }
+          : isObject(typed.value) && typed.type.endsWith('Coding')
+            ? (typed.value as Coding)
+            : undefined;
+      if (!code) return typed;
+      const found = codings.find(
+        (c) => c.code === code.code && (code.system === undefined || c.system === code.system),
+      );
+      return found
+        ? {
+            type: 'FHIR.Coding',
+            value: { ...found, ...code, ...(found.display ? { display: found.display } : {}) },
+            raw: found,
+          }
+        : typed;
+    });
   };
 
   const rootFocus = { node: response };
   const suppliedNames = new Set(contexts.keys());
-  const rootEnv = withVariables(
+  // sourceQueries (SDC): a contained batch Bundle of searches; its batch-response is %<Bundle id>.
+  for (const { ext, index } of extensionsOf(questionnaire, POPULATE_EXTENSIONS.sourceQueries)) {
+    const path = `Questionnaire.extension[${index}]`;
+    const target = isObject(ext.valueReference) ? ext.valueReference.reference : undefined;
+    const batch =
+      typeof target === 'string' && target.startsWith('#')
+        ? arrayOf<Json>(questionnaire.contained).find(
+            (c) => isObject(c) && c.resourceType === 'Bundle' && `#${String(c.id)}` === target,
+          )
+        : undefined;
+    if (!batch || typeof batch.id !== 'string') {
+      issues.add(
+        'not-found',
+        `sourceQueries must reference a contained Bundle (#id), not ${JSON.stringify(target ?? null)}; it is ignored`,
+        path,
+      );
+      continue;
+    }
+    if (suppliedNames.has(batch.id)) continue;
+    const results: Json[] = [];
+    for (const [i, entry] of arrayOf<Json>(batch.entry).entries()) {
+      const request = isObject(entry) && isObject(entry.request) ? entry.request : undefined;
+      const url = typeof request?.url === 'string' ? request.url : undefined;
+      if (!url || (request?.method !== undefined && request.method !== 'GET')) {
+        issues.add(
+          'not-supported',
+          `sourceQueries ${target} entry ${i}: only GET searches are run; it answers nothing`,
+          path,
+        );
+        results.push({ response: { status: '400 Bad Request' } });
+        continue;
+      }
+      const bundle = await runQuery(
+        `sourceQueries ${target} entry ${i}`,
+        url,
+        rootFocus,
+        launch,
+        path,
+        issues,
+        batch.id,
+      );
+      results.push(
+        bundle
+          ? { resource: bundle, response: { status: '200 OK' } }
+          : { response: { status: '400 Bad Request' } },
+      );
+    }
+    launch[batch.id] = [{ resourceType: 'Bundle', type: 'batch-response', entry: results }];
+  }
+  const rootEnv = await withVariables(
     questionnaire,
     (i) => `Questionnaire.extension[${i}]`,
     rootFocus,
@@ -327,21 +554,21 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   );
 
   /** Builds the response items of `qItems` into `out`, returning their nodes. */
-  const build = (
+  const build = async (
     qItems: unknown,
     parentPath: string,
     out: QuestionnaireResponseItem[],
     env: FhirPathEnv,
-  ): Node[] => {
+  ): Promise<Node[]> => {
     const nodes: Node[] = [];
-    arrayOf<QuestionnaireItem>(qItems).forEach((qItem, index) => {
+    for (const [index, qItem] of arrayOf<QuestionnaireItem>(qItems).entries()) {
       const path = `${parentPath}.item[${index}]`;
       if (!isObject(qItem) || typeof qItem.linkId !== 'string') {
         issues.add('invalid', 'an item without a linkId is skipped', path);
-        return;
+        continue;
       }
-      if (qItem.type === 'display') return;
-      for (const instance of instancesOf(qItem, path, env)) {
+      if (qItem.type === 'display') continue;
+      for (const instance of await instancesOf(qItem, path, env)) {
         const qrItem: QuestionnaireResponseItem = {
           linkId: qItem.linkId,
           ...(typeof qItem.definition === 'string' ? { definition: qItem.definition } : {}),
@@ -349,7 +576,7 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
         } as QuestionnaireResponseItem;
         out.push(qrItem);
         const focus = { node: qrItem, base: 'QuestionnaireResponse.item' };
-        const scope = withVariables(
+        const scope = await withVariables(
           qItem,
           (i) => `${path}.extension[${i}]`,
           focus,
@@ -366,7 +593,7 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
               path,
             );
           const children: QuestionnaireResponseItem[] = [];
-          node.children.push(...build(qItem.item, path, children, scope));
+          node.children.push(...(await build(qItem.item, path, children, scope)));
           if (children.length > 0) qrItem.item = children;
           continue;
         }
@@ -376,16 +603,20 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
         if (arrayOf(qItem.item).length > 0)
           for (const answer of answers) {
             const children: QuestionnaireResponseItem[] = [];
-            node.children.push(...build(qItem.item, path, children, scope));
+            node.children.push(...(await build(qItem.item, path, children, scope)));
             if (children.length > 0) answer.item = children;
           }
       }
-    });
+    }
     return nodes;
   };
 
   /** One environment binding per instance of the item: one, or one per itemPopulationContext element. */
-  const instancesOf = (qItem: QuestionnaireItem, path: string, env: FhirPathEnv): FhirPathEnv[] => {
+  const instancesOf = async (
+    qItem: QuestionnaireItem,
+    path: string,
+    env: FhirPathEnv,
+  ): Promise<FhirPathEnv[]> => {
     const [first] = extensionsOf(qItem, POPULATE_EXTENSIONS.itemPopulationContext);
     if (!first) return [{}];
     if (qItem.type !== 'group') {
@@ -397,14 +628,32 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
       return [{}];
     }
     const expr = valueExpressionOf(first.ext);
-    const result = evaluate(
-      'itemPopulationContext',
-      expr,
-      { node: response },
-      { ...env, qitem: qItem },
-      path,
-      issues,
-    );
+    let result: { raw: unknown }[] | undefined;
+    if (expr?.language === X_FHIR_QUERY && typeof expr.expression === 'string') {
+      // A query's context elements are the resources it found.
+      const bundle = await runQuery(
+        `itemPopulationContext of group '${qItem.linkId}'`,
+        expr.expression,
+        { node: response },
+        { ...env, qitem: qItem },
+        path,
+        issues,
+        expr.name,
+      );
+      result = arrayOf<Json>(bundle?.entry)
+        .filter(
+          (e) => isObject(e) && isObject(e.resource) && (e.search as Json | undefined)?.mode !== 'include',
+        )
+        .map((e) => ({ raw: e.resource }));
+    } else
+      result = evaluate(
+        'itemPopulationContext',
+        expr,
+        { node: response },
+        { ...env, qitem: qItem },
+        path,
+        issues,
+      );
     const name = expr?.name;
     if (!name) issues.add('invalid', `itemPopulationContext of group '${qItem.linkId}' has no name`, path);
     const bind = (elements: unknown[]): FhirPathEnv => (name ? { [name]: elements } : {});
@@ -430,15 +679,18 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     const [initial] = extensionsOf(qItem, POPULATE_EXTENSIONS.initialExpression);
     if (initial) {
       const result = evaluate('initialExpression', valueExpressionOf(initial.ext), focus, env, path, issues);
-      const answers = result ? toAnswers('initialExpression', qItem, result, path, issues) : [];
+      const answers = result
+        ? toAnswers('initialExpression', qItem, throughValueSet(qItem, result), path, issues)
+        : [];
       if (answers.length > 0) return answers;
     }
-    return staticAnswers(qItem);
+    return staticAnswers(qItem, path);
   };
 
   const rootItems: QuestionnaireResponseItem[] = [];
   response.item = rootItems;
-  const tree = build(questionnaire.item, 'Questionnaire', rootItems, rootEnv);
+  const tree = await build(questionnaire.item, 'Questionnaire', rootItems, rootEnv);
+  reportUnfilled(questionnaire, unfunded, issues);
 
   // --- calculations (SDC sdc-questionnaire-calculatedExpression), by the form engine ---
   const bindings = new Map<QuestionnaireResponseItem, FhirPathEnv>();
@@ -511,3 +763,61 @@ const pruneEmptyGroups = (
         }
       return item;
     });
+
+/**
+ * Names the items a query left out for want of budget could not fill (issue 35): those whose
+ * initialExpression, itemPopulationContext, calculatedExpression or variables read one of the
+ * unfunded variables.
+ */
+const reportUnfilled = (
+  questionnaire: Questionnaire,
+  unfunded: ReadonlyMap<string, string>,
+  issues: Issues,
+) => {
+  if (unfunded.size === 0) return;
+  const dependent = new Map<string, string[]>();
+  const visit = (items: unknown) => {
+    for (const item of arrayOf<QuestionnaireItem>(items)) {
+      if (!isObject(item)) continue;
+      const read = new Set(
+        arrayOf<Extension>(item.extension)
+          .map((e) => (isObject(e) ? valueExpressionOf(e)?.expression : undefined))
+          .filter((e): e is string => typeof e === 'string')
+          .flatMap((e) => expressionReferences(e).variables),
+      );
+      for (const name of unfunded.keys())
+        if (read.has(name)) dependent.set(name, [...(dependent.get(name) ?? []), String(item.linkId)]);
+      visit(item.item);
+    }
+  };
+  visit(questionnaire.item);
+  for (const [name, path] of unfunded) {
+    const items = dependent.get(name) ?? [];
+    issues.add(
+      'incomplete',
+      items.length > 0
+        ? `%${name} was not queried (query budget used up): items ${items.map((i) => `'${i}'`).join(', ')} could not be filled from it`
+        : `%${name} was not queried (query budget used up)`,
+      path,
+    );
+  }
+};
+
+/**
+ * `%name.a.b` on a variable holding one JSON object, read without FHIRPath (the `{{%patient.id}}`
+ * of nearly every query: no evaluation budget spent on it); undefined for anything else, which
+ * FHIRPath then evaluates.
+ */
+const memberPath = (expression: string, env: FhirPathEnv): unknown[] | undefined => {
+  const match = /^%([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z_][A-Za-z0-9_]*)+)$/.exec(expression.trim());
+  if (!match || !Object.hasOwn(env, match[1]!)) return undefined;
+  let value: unknown = env[match[1]!];
+  if (Array.isArray(value)) value = value.length === 1 ? value[0] : undefined;
+  for (const step of match[2]!.slice(1).split('.')) {
+    if (!isObject(value) || !Object.hasOwn(value, step)) return undefined;
+    value = value[step];
+  }
+  return typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean'
+    ? [value]
+    : undefined;
+};

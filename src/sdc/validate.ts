@@ -12,6 +12,7 @@
  * response it is given.
  */
 import type { EvaluationBudget } from './budget.js';
+import { questionnaireProblems } from './engine/definition-rules.js';
 import { defineForm, runForm } from './engine/index.js';
 import { membersOf, resolveAnswerValueSets } from './engine/valuesets.js';
 import type {
@@ -43,7 +44,11 @@ export interface ValidateOptions {
   readonly budget?: EvaluationBudget;
 }
 
-type Problem = Omit<OperationOutcomeIssue, 'severity'> & { readonly advisory?: boolean };
+type Problem = Omit<OperationOutcomeIssue, 'severity'> & {
+  readonly advisory?: boolean;
+  /** A severity that holds whatever the response's status (the Questionnaire's own rules). */
+  readonly fixed?: 'error' | 'warning';
+};
 
 /** Problems of the response's own elements: its status and the Questionnaire it names. */
 const responseProblems = (qr: QuestionnaireResponse, questionnaire: Questionnaire): Problem[] => {
@@ -72,6 +77,10 @@ const responseProblems = (qr: QuestionnaireResponse, questionnaire: Questionnair
  * Validates a QuestionnaireResponse against its Questionnaire (docs/interface.md §4.4 $validate).
  * Never throws on malformed input: everything wrong becomes an issue.
  *
+ * The Questionnaire's own rules come first (engine/definition-rules.ts: R5 que-1 … que-15 and the
+ * item rules), its errors as errors whatever the status: a response is not valid against a form
+ * that is not.
+ *
  * Severity: `in-progress` and `stopped` responses are unfinished by definition, so every problem
  * is a warning; `completed`, `amended` (and anything else) get errors. Problems of the
  * Questionnaire or the environment (an unresolvable answerValueSet, a failing
@@ -99,6 +108,13 @@ export const validateResponse = async (
     ...(options.budget ? { budget: options.budget } : {}),
   });
   const problems: Problem[] = [
+    // The Questionnaire's own rules (issue 35): a form given inline is not checked by a write.
+    ...questionnaireProblems(questionnaire).map((p) => ({
+      code: p.severity === 'error' ? 'invariant' : 'business-rule',
+      diagnostics: `the Questionnaire breaks ${p.diagnostics}`,
+      expression: [p.expression],
+      fixed: p.severity,
+    })),
     ...responseProblems(qr, questionnaire),
     ...run.structure.map((p) => ({ code: p.code, diagnostics: p.diagnostics, expression: [p.expression] })),
     ...run.problems.map((p) => ({
@@ -121,8 +137,8 @@ export const validateResponse = async (
     };
   return {
     resourceType: 'OperationOutcome',
-    issue: problems.map(({ advisory, ...issue }) => ({
-      severity: advisory || lenient ? 'warning' : 'error',
+    issue: problems.map(({ advisory, fixed, ...issue }) => ({
+      severity: fixed ?? (advisory || lenient ? 'warning' : 'error'),
       ...issue,
     })),
   };

@@ -1,9 +1,10 @@
 /**
  * The layers of docs/architecture.md "Layers", checked on the source's imports (static and
- * dynamic, read by TypeScript's own pre-processor): the domain, the commands and the projections
- * know nothing of HTTP; only the event store's own module picks an adapter; the hosts read
- * resources through the query layer; the app host, the SDC host and the launcher call commands,
- * never the FHIR router.
+ * dynamic, read by TypeScript's own pre-processor): every file sits on a floor and imports only
+ * its own floor and those below; the domain, the commands and the projections know nothing of
+ * HTTP; only the event store's own module picks an adapter; the hosts, the commands and the
+ * integration read read models through the query layer; the app host, the SDC host and the
+ * launcher call commands, never the FHIR router.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -38,7 +39,72 @@ const edges = (from: (file: string) => boolean, to: (imported: string) => boolea
     from(file) ? imports.filter(to).map((imported) => `${file} → ${imported}`) : [],
   );
 
+/**
+ * The floors of docs/architecture.md "Layers", lowest first: a file may import files of its own
+ * floor and of the floors below, never above. Top-level entries of src/ (a folder, or a file
+ * directly in src/) are placed whole.
+ */
+const FLOORS: readonly (readonly string[])[] = [
+  ['domain', 'db', 'eventstore', 'metrics.ts', 'status-text.ts'],
+  ['fhir'],
+  ['projections', 'sdc'],
+  ['queries', 'commands'],
+  ['integration'],
+  // The composition root: the Casebook (casebook.ts), its configuration and background thread.
+  ['casebook.ts', 'config.ts', 'background'],
+  ['http', 'cli'],
+];
+
+/** The floor of a file relative to src/, or -1 when its top-level entry has none. */
+const floorOf = (file: string): number => {
+  const top = file.split('/')[0]!;
+  return FLOORS.findIndex((floor) => floor.includes(top));
+};
+
+/** The imports that go up a floor: `file (floor) → imported (floor)`. */
+const upwardImports = (graph: ReadonlyMap<string, readonly string[]>): string[] =>
+  [...graph].flatMap(([file, imports]) =>
+    imports
+      .filter((imported) => floorOf(imported) > floorOf(file))
+      .map((imported) => `${file} (${floorOf(file)}) → ${imported} (${floorOf(imported)})`),
+  );
+
 describe('layers (docs/architecture.md "Layers")', () => {
+  it('places every file of src/ on a floor', () => {
+    expect(FILES.filter((file) => floorOf(file) < 0)).to.deep.equal([]);
+  });
+
+  it('no file imports a file of a higher floor', () => {
+    expect(upwardImports(GRAPH)).to.deep.equal([]);
+  });
+
+  it('the floor check fails the upward imports issue 34 found', () => {
+    // The three imports that ran up the layers before issue 34, put back into a copy of the graph.
+    const upward: [string, string][] = [
+      ['commands/launch.ts', 'integration/launcher.ts'],
+      ['commands/seed.ts', 'casebook.ts'],
+      ['projections/investigation.ts', 'casebook.ts'],
+    ];
+    const graph = new Map(GRAPH);
+    for (const [file, imported] of upward) graph.set(file, [...(graph.get(file) ?? []), imported]);
+    expect(upwardImports(graph)).to.deep.equal([
+      'commands/launch.ts (3) → integration/launcher.ts (4)',
+      'commands/seed.ts (3) → casebook.ts (5)',
+      'projections/investigation.ts (2) → casebook.ts (5)',
+    ]);
+  });
+
+  it('http/, integration/ and commands/ read read models through queries/, not projections/', () => {
+    expect(
+      edges(
+        (f) => /^(http|integration|commands)\//.test(f),
+        (i) => i.startsWith('projections/'),
+      ),
+    ).to.deep.equal([]);
+    expect(GRAPH.get('http/auth/sessions.ts')).to.include('queries/sessions.ts');
+    expect(GRAPH.get('integration/export/exporter.ts')).to.include('queries/resources.ts');
+  });
+
   it('reads the imports of the whole source', () => {
     expect(FILES.length).to.be.greaterThan(100);
     expect(GRAPH.get('http/app.ts')).to.include('http/fhir/router.ts');

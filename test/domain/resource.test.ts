@@ -65,6 +65,13 @@ const CONTENT: Record<ResourceType, Content> = {
     subject: { reference: 'Patient/3' },
   },
   ValueSet: { url: 'https://example.org/vs/severity', status: 'active' },
+  Observation: { status: 'final', code: { text: 'weight' }, subject: { reference: 'Patient/3' } },
+  Condition: { subject: { reference: 'Patient/3' }, code: { text: 'asthma' } },
+  MedicationStatement: { status: 'recorded', medication: { concept: { text: 'salbutamol' } } },
+  Medication: { code: { text: 'salbutamol' }, status: 'active' },
+  AllergyIntolerance: { patient: { reference: 'Patient/3' }, code: { text: 'peanut' } },
+  Immunization: { status: 'completed', vaccineCode: { text: 'MMR' }, patient: { reference: 'Patient/3' } },
+  DocumentReference: { status: 'current', content: [{ attachment: { title: 'letter' } }] },
 };
 
 const EXPECTED_NAMES: Record<ResourceType, readonly [string, string, string, string?]> = {
@@ -80,6 +87,17 @@ const EXPECTED_NAMES: Record<ResourceType, readonly [string, string, string, str
     'QuestionnaireResponseSubmitted',
   ],
   ValueSet: ['ValueSetCreated', 'ValueSetUpdated', 'ValueSetDeleted'],
+  Observation: ['ObservationCreated', 'ObservationUpdated', 'ObservationDeleted'],
+  Condition: ['ConditionCreated', 'ConditionUpdated', 'ConditionDeleted'],
+  MedicationStatement: [
+    'MedicationStatementCreated',
+    'MedicationStatementUpdated',
+    'MedicationStatementDeleted',
+  ],
+  Medication: ['MedicationCreated', 'MedicationUpdated', 'MedicationDeleted'],
+  AllergyIntolerance: ['AllergyIntoleranceCreated', 'AllergyIntoleranceUpdated', 'AllergyIntoleranceDeleted'],
+  Immunization: ['ImmunizationCreated', 'ImmunizationUpdated', 'ImmunizationDeleted'],
+  DocumentReference: ['DocumentReferenceCreated', 'DocumentReferenceUpdated', 'DocumentReferenceDeleted'],
 };
 
 describe('resource decider', () => {
@@ -92,6 +110,13 @@ describe('resource decider', () => {
       'Questionnaire',
       'QuestionnaireResponse',
       'ValueSet',
+      'Observation',
+      'Condition',
+      'MedicationStatement',
+      'Medication',
+      'AllergyIntolerance',
+      'Immunization',
+      'DocumentReference',
     ]);
   });
 
@@ -401,14 +426,26 @@ describe('resource decider', () => {
           .then([changed('QuestionnaireResponseUpdated', answered)]);
       });
 
-      it('decides QuestionnaireResponseUpdated for a status change other than to completed', () => {
+      it('decides QuestionnaireResponseAmended and …EnteredInError for those statuses (issue 32)', () => {
         const amended = { ...completed, status: 'amended' };
-        given(decider, [
+        const history = [
           created('QuestionnaireResponse', inProgress),
           changed('QuestionnaireResponseSubmitted', completed, UPDATED_AT, 'in-progress'),
-        ])
+        ];
+        given(decider, history)
           .when(update(amended, LATER))
-          .then([changed('QuestionnaireResponseUpdated', amended, LATER)]);
+          .then([changed('QuestionnaireResponseAmended', amended, LATER, 'completed')]);
+        const retracted = { ...completed, status: 'entered-in-error' };
+        given(decider, history)
+          .when(update(retracted, LATER))
+          .then([changed('QuestionnaireResponseEnteredInError', retracted, LATER, 'completed')]);
+        expect(resourceEventKind('QuestionnaireResponseAmended')).to.deep.equal({
+          resourceType: 'QuestionnaireResponse',
+          kind: 'statusChanged',
+        });
+      });
+
+      it('decides QuestionnaireResponseUpdated for another status change (stopped)', () => {
         given(decider, [created('QuestionnaireResponse', inProgress)])
           .when(update({ ...inProgress, status: 'stopped' }))
           .then([changed('QuestionnaireResponseUpdated', { ...inProgress, status: 'stopped' })]);
@@ -457,7 +494,8 @@ describe('resource decider', () => {
     for (const resourceType of RESOURCE_TYPES) {
       const [createdName, updatedName, deletedName, statusName] = EXPECTED_NAMES[resourceType];
       it(`names the events of ${resourceType}`, () => {
-        expect(EVENT_NAMES[resourceType]).to.deep.equal({
+        const { statusEvents: _statusEvents, ...names } = EVENT_NAMES[resourceType];
+        expect(names).to.deep.equal({
           created: createdName,
           updated: updatedName,
           deleted: deletedName,
@@ -497,6 +535,13 @@ describe('resource decider', () => {
         'Questionnaire-12',
         'QuestionnaireResponse-12',
         'ValueSet-12',
+        'Observation-12',
+        'Condition-12',
+        'MedicationStatement-12',
+        'Medication-12',
+        'AllergyIntolerance-12',
+        'Immunization-12',
+        'DocumentReference-12',
       ]);
     });
   });

@@ -40,6 +40,7 @@ for (const database of testDatabases) {
         ['sessions', 'live', 0],
         ['resources', 'live', 0],
         ['export-outbox', 'live', 0],
+        ['subscriptions', 'live', 0],
         ['audit-events', 'live', 0],
       ]);
     });

@@ -462,6 +462,36 @@ for (const database of testDatabases) {
             REFUSED,
           ),
         ],
+        // $assemble reads Questionnaires only: whatever it answers, it shows nothing of P2.
+        'sdc POST /Questionnaire/$assemble': [
+          send(
+            'POST',
+            'sdc',
+            '/Questionnaire/$assemble',
+            {
+              resourceType: 'Parameters',
+              parameter: [
+                {
+                  name: 'questionnaire',
+                  valueReference: { reference: `QuestionnaireResponse/${p2.response}` },
+                },
+              ],
+            },
+            'shows',
+          ),
+        ],
+        'sdc POST /Questionnaire/:id/$assemble': [
+          send(
+            'POST',
+            'sdc',
+            `/Questionnaire/${given.questionnaire}/$assemble`,
+            { resourceType: 'Parameters' },
+            'shows',
+          ),
+        ],
+        'sdc GET /Questionnaire/:id/$assemble': [
+          get('sdc', `/Questionnaire/${given.questionnaire}/$assemble`, 'shows'),
+        ],
         'sdc POST /QuestionnaireResponse/$validate': [
           send('POST', 'sdc', '/QuestionnaireResponse/$validate', aboutP2, 'shows'),
         ],
@@ -509,6 +539,8 @@ for (const database of testDatabases) {
             },
           },
         ],
+        // Static browser code without data: an unknown name (here P2's Task id) is a 404.
+        'app GET /assets/:name': [get('app', `/assets/${p2.task}.js`, REFUSED)],
         'app GET /tasks/:id/forms': [p2.task, p2.draftTask, ...crossingTasks].map((task) =>
           get('app', `/tasks/${task}/forms`, REFUSED),
         ),

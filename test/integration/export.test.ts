@@ -358,6 +358,12 @@ for (const database of testDatabases) {
         const [v2] = receiver.accepted(await keyOf(app, s.responseId, 2));
         expect(v2!.body).to.equal(await expectedText(app, s.responseId));
         expect(v2!.body).to.include('Small nodule, left lung');
+        // issue 32: a correction of what was sent, never a second original.
+        expect(v2!.body).to.include('AMENDED REPORT');
+        expect(v2!.headers['x-report-status']).to.equal('corrected');
+        expect(receiver.accepted(await keyOf(app, s.responseId, 1))[0]!.headers['x-report-status']).to.equal(
+          'final',
+        );
         await sleep(1000);
         expect(receiver.accepted(await keyOf(app, s.responseId, 1))).to.have.length(1);
         expect(receiver.accepted(await keyOf(app, s.responseId, 2))).to.have.length(1);
@@ -475,6 +481,45 @@ for (const database of testDatabases) {
         expect(obx.map((f) => f[5]).join('\n')).to.include('a\\F\\b\\S\\c\\T\\d\\R\\e\\E\\f');
         const exported = (await exportEvents(app.casebook, s.responseId))[0]!;
         expect(exported.data).to.deep.include({ sink: listener.url, version: 2 });
+        // The first completed version is the original (F), though it is version 2 (issue 32).
+        expect(fields('OBR')[25]).to.equal('F');
+        expect(obx.every((f) => f[11] === 'F')).to.equal(true);
+      });
+
+      it('sends an amendment as one correction (C) and entered-in-error as one retraction (W), issue 32', async () => {
+        const s = await newResponse(app, 'in-progress');
+        const ofThis = () =>
+          listener.messages
+            .map((m) => m.split('\r').map((seg) => seg.split('|')))
+            .filter((segs) =>
+              segs.some((f) => f[0] === 'OBR' && f[3]!.startsWith(`QuestionnaireResponse/${s.responseId}/`)),
+            );
+        const statuses = () =>
+          ofThis().map((segs) => {
+            const obr = segs.find((f) => f[0] === 'OBR')!;
+            const obx = segs.filter((f) => f[0] === 'OBX').map((f) => f[11]);
+            return { version: obr[3]!.split('/').at(-1), obr25: obr[25], obx11: [...new Set(obx)] };
+          });
+        await put(app, s.responseId, { ...s.body, status: 'completed' });
+        await eventually(() => ofThis().length === 1, 'the original');
+        await put(app, s.responseId, {
+          ...s.body,
+          status: 'amended',
+          item: [{ linkId: 'findings', text: 'Findings', answer: [{ valueString: 'Corrected' }] }],
+        });
+        await eventually(() => ofThis().length === 2, 'the correction');
+        await put(app, s.responseId, { ...s.body, status: 'entered-in-error' });
+        await eventually(() => ofThis().length === 3, 'the retraction');
+        await sleep(1000);
+        expect(statuses()).to.deep.equal([
+          { version: '2', obr25: 'F', obx11: ['F'] },
+          { version: '3', obr25: 'C', obx11: ['C'] },
+          { version: '4', obr25: 'W', obx11: ['W'] },
+        ]);
+        const retraction = ofThis()[2]!
+          .filter((f) => f[0] === 'OBX')
+          .map((f) => f[5]);
+        expect(retraction.join('\n')).to.include('ENTERED IN ERROR');
       });
     });
 

@@ -1,16 +1,17 @@
 /**
- * The launcher's pure parts (issue 6; spec §4.6): parameter validation and the transaction Bundle.
+ * The launcher's pure parts (issue 6; spec §4.6): parameter validation (integration/launcher.ts),
+ * the transaction Bundle (domain/launch/request.ts) and the reading of its response (commands/launch.ts).
  */
 import { expect } from 'chai';
-import { exportStatusText } from '../../src/http/launch/router.js';
+import { readLaunchResponse } from '../../src/commands/launch.js';
 import {
   buildLaunchBundle,
   LaunchError,
   type LaunchRequest,
-  parseLaunchParams,
-  readLaunchResponse,
   sessionUserOf,
-} from '../../src/integration/launcher.js';
+} from '../../src/domain/launch/request.js';
+import { exportStatusText } from '../../src/http/launch/router.js';
+import { parseLaunchParams } from '../../src/integration/launcher.js';
 
 const TODAY = new Date('2026-03-01T10:00:00.000Z');
 const SYSTEMS = {

@@ -16,6 +16,7 @@ import { type SessionCommand, sessionDecider, sessionStream } from '../../src/do
 import { EventIdConflict, type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
+import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
 import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/runner.js';
 import { sessionsProjection } from '../../src/projections/sessions.js';
@@ -679,7 +680,11 @@ for (const db of testDatabases) {
       // The live read models were never touched, and the rebuild's schema is gone.
       expect((await state(sql, 'resources')).status).to.equal('live');
       expect((await patientIds(sql)).length).to.equal(12);
-      const leftovers = await sql.query(`SELECT 1 FROM pg_namespace WHERE nspname LIKE 'cb_rebuild_%'`);
+      // This store's rebuild schema only: the server's database is shared with other tests' schemas.
+      const [{ live }] = (await sql.query('SELECT current_schema() AS live')) as [{ live: string }];
+      const leftovers = await sql.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [
+        rebuildSchemaOf(live),
+      ]);
       expect(leftovers).to.deep.equal([]);
 
       // The next run builds it (the cause gone).

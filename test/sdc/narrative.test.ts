@@ -410,4 +410,56 @@ describe('generateNarrative', () => {
     );
     expect(xhtml).to.contain('<dt>Mean diameter</dt><dd>7 mm</dd>');
   });
+  it('reads a coding without display by its answerValueSet display, then its code (issue 35)', () => {
+    const valueSet = 'https://forms.example.org/ValueSet/lobes';
+    const lobes = 'http://snomed.info/sct';
+    const { text } = generateNarrative(
+      {
+        resourceType: 'QuestionnaireResponse',
+        status: 'completed',
+        item: [
+          { linkId: 'lobe', answer: [{ valueCoding: { system: lobes, code: '45653009' } }] },
+          { linkId: 'other', answer: [{ valueCoding: { system: lobes, code: '999' } }] },
+          {
+            linkId: 'shown',
+            answer: [{ valueCoding: { system: lobes, code: '45653009', display: 'As sent' } }],
+          },
+        ],
+      },
+      {
+        resourceType: 'Questionnaire',
+        status: 'active',
+        item: [
+          { linkId: 'lobe', type: 'coding', text: 'Lobe', answerValueSet: valueSet },
+          { linkId: 'other', type: 'coding', text: 'Other lobe', answerValueSet: valueSet },
+          { linkId: 'shown', type: 'coding', text: 'Shown', answerValueSet: valueSet },
+        ],
+      },
+      {
+        valueSetCodings: new Map([
+          [valueSet, [{ system: lobes, code: '45653009', display: 'Upper lobe of right lung' }]],
+        ]),
+      },
+    );
+    expect(text).to.equal('Lobe: Upper lobe of right lung\nOther lobe: 999\nShown: As sent');
+  });
+
+  it('opens an amended or entered-in-error report with its status, and nothing for a status that is no note', () => {
+    const answered = (status: string) => ({
+      resourceType: 'QuestionnaireResponse' as const,
+      status,
+      item: [{ linkId: 'size', text: 'Size', answer: [{ valueQuantity: { value: 7, unit: 'mm' } }] }],
+    });
+    expect(generateNarrative(answered('amended')).text).to.equal(
+      'AMENDED REPORT: this version replaces the earlier one.\n\nSize: 7 mm',
+    );
+    const withdrawn = generateNarrative(answered('entered-in-error'));
+    expect(withdrawn.text.split('\n')[0]).to.equal(
+      'ENTERED IN ERROR: this report is withdrawn and must not be used.',
+    );
+    expect(withdrawn.xhtml).to.contain('<p><strong>ENTERED IN ERROR');
+    // An inherited property name is no status note (a lenient schema lets any status through).
+    for (const status of ['constructor', 'toString', '__proto__', 'completed'])
+      expect(generateNarrative(answered(status)).text, status).to.equal('Size: 7 mm');
+  });
 });

@@ -685,7 +685,8 @@ describe('SDC populate (pure)', () => {
     for (const issue of issues.issue) expect(issue.severity).to.equal('warning');
     expect(issues.issue.map((i) => i.diagnostics)).to.deep.equal([
       "launch context %encounter was not supplied (pass a context part named 'encounter'); expressions using it find nothing",
-      'variable %labs in language application/x-fhir-query is not supported (only text/fhirpath); it is ignored',
+      // Without a query runner (the pure call) a query is not run, and says so.
+      'variable %labs: application/x-fhir-query is not supported here; it is ignored',
       issues.issue[2]!.diagnostics,
       issues.issue[3]!.diagnostics,
       "initialExpression '%nowhere.family' failed: Attempting to access an undefined environment variable: nowhere",

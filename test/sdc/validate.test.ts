@@ -1139,4 +1139,21 @@ describe('validateResponse (QuestionnaireResponse/$validate)', () => {
       expectIssues(await validate(r, q), ['warning business-rule QuestionnaireResponse.questionnaire']);
     });
   });
+
+  describe("the Questionnaire's own rules (issue 35)", () => {
+    it('reports duplicate linkIds (que-2) as an error even for an in-progress response: it is not valid against a broken form', async () => {
+      const form: Questionnaire = {
+        resourceType: 'Questionnaire',
+        url: URL,
+        status: 'active',
+        item: [
+          { linkId: 'size', type: 'decimal' },
+          { linkId: 'g', type: 'group', item: [{ linkId: 'size', type: 'decimal' }] },
+        ],
+      };
+      const outcome = await validate(response([answered('size', { valueDecimal: 3 })], 'in-progress'), form);
+      expectIssues(outcome, ['error invariant Questionnaire.item[1].item[0].linkId']);
+      expect(outcome.issue[0]!.diagnostics).to.include('que-2').and.include('linkId "size"');
+    });
+  });
 });

@@ -32,7 +32,7 @@ export interface TestApp {
 /** Starts casebook on `database` with the clock at `start`. */
 export const startTestApp = async (
   database: TestDatabase,
-  options: { start?: Date; env?: Record<string, string> } = {},
+  options: { start?: Date; env?: Record<string, string>; realClock?: boolean } = {},
 ): Promise<TestApp> => {
   const opened = await database.open();
   let now = (options.start ?? new Date('2026-03-01T10:00:00.000Z')).getTime();
@@ -49,7 +49,8 @@ export const startTestApp = async (
   });
   const casebook = await openCasebook(config, {
     sql: opened.sql,
-    clock: () => new Date(now),
+    // Workers that schedule by the clock (the subscription notifier's backoff) need real time.
+    clock: options.realClock ? () => new Date() : () => new Date(now),
     logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
   });
   bare.on('request', createHttpApp(casebook).callback());

@@ -32,6 +32,13 @@ export interface AuditEntity {
   /** `Patient/12`, or `Session/3` for casebook objects that are not FHIR resources. */
   readonly reference: string;
   readonly patientId?: number | null;
+  /** The version written (a report's amendment, entered-in-error: issue 32). */
+  readonly version?: number;
+  /**
+   * The clinician's stated reason for changing a signed-off report (issue 32): free text they
+   * wrote for the record, the one exception to "references and codes only".
+   */
+  readonly reason?: string;
 }
 
 /** Everything one AuditEvent says. */

@@ -39,8 +39,27 @@ export interface ReportExportQueuedData {
   readonly encounterIdentifier?: ExportIdentifier;
   /** QuestionnaireResponse.authored, when given. */
   readonly authored?: string;
+  /**
+   * What the version is to the receiver (issue 32): `final` (completed), `corrected` (amended: a
+   * correction of what was sent before, never a second original) or `retracted` (entered in
+   * error). Absent on events queued before: read as {@link legacyExportStatus}.
+   */
+  readonly status?: ExportStatus;
   readonly at: string;
 }
+
+/** What an exported version is to the receiver (HL7 v2 result status F / C / W). */
+export type ExportStatus = 'final' | 'corrected' | 'retracted';
+
+/** The export status of a QuestionnaireResponse status (amended → corrected, entered-in-error → retracted). */
+export const exportStatusOf = (responseStatus: unknown): ExportStatus =>
+  responseStatus === 'amended' ? 'corrected' : responseStatus === 'entered-in-error' ? 'retracted' : 'final';
+
+/**
+ * The status of a version queued before the status was recorded: what its HL7 message said then
+ * (a later version was sent as `C`), so every attempt still sends the same bytes.
+ */
+export const legacyExportStatus = (version: number): ExportStatus => (version > 1 ? 'corrected' : 'final');
 
 /** Data of a ReportExported event. */
 export interface ReportExportedData {

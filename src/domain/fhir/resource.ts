@@ -1,6 +1,8 @@
 /**
- * One decider for every FHIR resource casebook stores (issue 3; docs/interface.md §2.5–2.6, §4.3): Patient,
- * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse, ValueSet. Stream `<type>-<id>`.
+ * One decider for every FHIR resource casebook stores (issue 3; docs/interface.md §2.5–2.7, §4.3): Patient,
+ * Encounter, Practitioner, Task, Questionnaire, QuestionnaireResponse, ValueSet, and the clinical
+ * resources pre-population reads (issue 35: Observation, Condition, MedicationStatement,
+ * Medication, AllergyIntolerance, Immunization, DocumentReference). Stream `<type>-<id>`.
  *
  * Every event carries the resource's full content after it, so event n of a stream is version
  * n + 1 of the resource (`meta.versionId` = revision + 1) and history/vread fold the stream.
@@ -8,6 +10,24 @@
  * `TaskStatusChanged`, `QuestionnaireResponseSubmitted`, …
  */
 import { type Decider, DomainError, type Event } from '../decider.js';
+
+/**
+ * The clinical resources that pre-population reads (issue 35; docs/interface.md §2.7): stored as
+ * sent once they pass the R5 schema, searched by the parameters of the R5 definitions.
+ */
+export const CLINICAL_TYPES = [
+  'Observation',
+  'Condition',
+  'MedicationStatement',
+  'Medication',
+  'AllergyIntolerance',
+  'Immunization',
+  'DocumentReference',
+] as const;
+export type ClinicalType = (typeof CLINICAL_TYPES)[number];
+
+export const isClinicalType = (value: string): value is ClinicalType =>
+  (CLINICAL_TYPES as readonly string[]).includes(value);
 
 export const RESOURCE_TYPES = [
   'Patient',
@@ -17,6 +37,7 @@ export const RESOURCE_TYPES = [
   'Questionnaire',
   'QuestionnaireResponse',
   'ValueSet',
+  ...CLINICAL_TYPES,
 ] as const;
 export type ResourceType = (typeof RESOURCE_TYPES)[number];
 
@@ -33,6 +54,21 @@ export interface ResourceEventNames {
   readonly deleted: string;
   /** A status change gets its own event (Task, QuestionnaireResponse → completed). */
   readonly statusChanged?: string;
+  /**
+   * Status changes with an event of their own, by the status reached (QuestionnaireResponse →
+   * `amended`, `entered-in-error`: src/domain/report/report.ts). Read as `statusChanged` events.
+   */
+  readonly statusEvents?: Readonly<Record<string, string>>;
+}
+
+/** `ObservationCreated`, `ObservationUpdated`, `ObservationDeleted`, … for each clinical type. */
+function clinicalEventNames(): Record<ClinicalType, ResourceEventNames> {
+  return Object.fromEntries(
+    CLINICAL_TYPES.map((type) => [
+      type,
+      { created: `${type}Created`, updated: `${type}Updated`, deleted: `${type}Deleted` },
+    ]),
+  ) as Record<ClinicalType, ResourceEventNames>;
 }
 
 export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
@@ -59,21 +95,49 @@ export const EVENT_NAMES: Record<ResourceType, ResourceEventNames> = {
     updated: 'QuestionnaireResponseUpdated',
     deleted: 'QuestionnaireResponseDeleted',
     statusChanged: 'QuestionnaireResponseSubmitted',
+    statusEvents: {
+      completed: 'QuestionnaireResponseSubmitted',
+      amended: 'QuestionnaireResponseAmended',
+      'entered-in-error': 'QuestionnaireResponseEnteredInError',
+    },
   },
   ValueSet: { created: 'ValueSetCreated', updated: 'ValueSetUpdated', deleted: 'ValueSetDeleted' },
+  ...clinicalEventNames(),
 };
+
+/** Every event type name of one resource type (its statusEvents included). */
+export const eventTypesOf = (names: ResourceEventNames): string[] => [
+  ...new Set([
+    names.created,
+    names.updated,
+    names.deleted,
+    ...(names.statusChanged ? [names.statusChanged] : []),
+    ...Object.values(names.statusEvents ?? {}),
+  ]),
+];
 
 /** Which event a name is, for any resource type; undefined for other events. */
 export const resourceEventKind = (
   eventType: string,
-): { resourceType: ResourceType; kind: 'created' | 'updated' | 'deleted' | 'statusChanged' } | undefined => {
-  for (const resourceType of RESOURCE_TYPES) {
-    const names = EVENT_NAMES[resourceType];
-    for (const kind of ['created', 'updated', 'deleted', 'statusChanged'] as const)
-      if (names[kind] === eventType) return { resourceType, kind };
-  }
-  return undefined;
-};
+): { resourceType: ResourceType; kind: 'created' | 'updated' | 'deleted' | 'statusChanged' } | undefined =>
+  EVENT_KINDS.get(eventType);
+
+/** Every resource event name → its type and kind (one lookup per event of a replay). */
+const EVENT_KINDS = new Map(
+  RESOURCE_TYPES.flatMap((resourceType) =>
+    (['created', 'updated', 'deleted', 'statusChanged'] as const).flatMap((kind) => {
+      const name = EVENT_NAMES[resourceType][kind];
+      return name === undefined ? [] : [[name, { resourceType, kind }] as const];
+    }),
+  ).concat(
+    // amended, entered-in-error: read as statusChanged (src/domain/report/report.ts).
+    RESOURCE_TYPES.flatMap((resourceType) =>
+      Object.values(EVENT_NAMES[resourceType].statusEvents ?? {}).map(
+        (name) => [name, { resourceType, kind: 'statusChanged' as const }] as const,
+      ),
+    ),
+  ),
+);
 
 export interface CreatedData {
   readonly id: number;
@@ -91,6 +155,18 @@ export interface ChangedData {
   readonly at: string;
   /** On a status change: the status before. */
   readonly from?: string;
+  /**
+   * Who wrote a report version (`Practitioner/<id>`) and, for an amendment or entered in error,
+   * the clinician's stated reason (src/domain/report/report.ts).
+   */
+  readonly reason?: string;
+  readonly author?: string;
+}
+
+/** Why and by whom a version was written, kept in its event ({@link ChangedData}). */
+export interface ChangeNote {
+  readonly reason?: string;
+  readonly author?: string;
 }
 export interface DeletedData {
   readonly id: number;
@@ -122,7 +198,13 @@ export type ResourceCommand =
       readonly project?: string;
       readonly author?: string;
     }
-  | { readonly type: 'UpdateResource'; readonly resource: Content; readonly now: string }
+  | {
+      readonly type: 'UpdateResource';
+      readonly resource: Content;
+      readonly now: string;
+      /** Kept in the event: the reason of an amendment or of entered-in-error. */
+      readonly note?: ChangeNote;
+    }
   | { readonly type: 'DeleteResource'; readonly now: string };
 
 const statusOf = (content: Content): string | undefined =>
@@ -135,6 +217,25 @@ const canonical = (value: unknown): string =>
       ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)))
       : v,
   );
+
+/**
+ * The event type of an update of `resourceType` from status `before` to `after`: Task status
+ * changes are TaskStatusChanged (spec issue 3); a QuestionnaireResponse reaching `completed` is
+ * QuestionnaireResponseSubmitted, `amended` (also from `amended`) QuestionnaireResponseAmended, `entered-in-error`
+ * QuestionnaireResponseEnteredInError; anything else is the type's `updated` event.
+ */
+export const updateEventType = (
+  resourceType: ResourceType,
+  before: string | undefined,
+  after: string | undefined,
+): string => {
+  const names = EVENT_NAMES[resourceType];
+  if (names.statusChanged === undefined) return names.updated;
+  if (resourceType === 'Task') return before === after ? names.updated : names.statusChanged;
+  // A change to an amended response is another amendment (issue 32).
+  if (before === after && after !== 'amended') return names.updated;
+  return (after !== undefined ? names.statusEvents?.[after] : undefined) ?? names.updated;
+};
 
 /**
  * The decider of `resourceType`. Refusals: create on an existing stream (conflict), update or
@@ -163,6 +264,10 @@ export const resourceDecider = (
       }
       if (state.status === 'none') return state;
       if (event.type === names.updated || event.type === names.statusChanged) {
+        const d = event.data as ChangedData;
+        return { ...state, status: 'active', resource: d.resource, lastUpdated: d.at };
+      }
+      if (names.statusEvents && Object.values(names.statusEvents).includes(event.type)) {
         const d = event.data as ChangedData;
         return { ...state, status: 'active', resource: d.resource, lastUpdated: d.at };
       }
@@ -196,28 +301,25 @@ export const resourceDecider = (
             throw new DomainError('gone', 'ResourceDeleted', `${resourceType}/${state.id} was deleted`);
           if (canonical(state.resource) === canonical(command.resource)) return [];
           const before = statusOf(state.resource);
-          const after = statusOf(command.resource);
-          // spec issue 3: Task status changes are TaskStatusChanged events; a QuestionnaireResponse
-          // reaching `completed` is QuestionnaireResponseSubmitted.
-          const statusEvent =
-            names.statusChanged !== undefined &&
-            before !== after &&
-            (resourceType === 'Task' || after === 'completed');
-          if (statusEvent)
+          const type = updateEventType(resourceType, before, statusOf(command.resource));
+          const note = {
+            ...(command.note?.reason !== undefined ? { reason: command.note.reason } : {}),
+            ...(command.note?.author !== undefined ? { author: command.note.author } : {}),
+          };
+          if (type !== names.updated)
             return [
               {
-                type: names.statusChanged!,
+                type,
                 data: {
                   id: state.id,
                   resource: command.resource,
                   at: command.now,
                   ...(before ? { from: before } : {}),
+                  ...note,
                 },
               },
             ];
-          return [
-            { type: names.updated, data: { id: state.id, resource: command.resource, at: command.now } },
-          ];
+          return [{ type, data: { id: state.id, resource: command.resource, at: command.now, ...note } }];
         }
         case 'DeleteResource':
           if (state.status === 'none')

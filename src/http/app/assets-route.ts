@@ -32,6 +32,17 @@ export const editorAssets = async (casebook: Casebook): Promise<EditorAssets | u
   }
 };
 
+/** The read-only report view's script (the Print button), or undefined when the bundles do not build. */
+export const reportViewAssets = async (casebook: Casebook): Promise<string[] | undefined> => {
+  try {
+    const name = (await assets()).entries.get('report-view')?.name;
+    return name ? [`${casebook.config.appUrl.replace(/\/+$/, '')}${ASSETS_PATH}/${name}`] : undefined;
+  } catch (error) {
+    casebook.logger.error({ err: error }, 'the browser bundle does not build; pages are served without it');
+    return undefined;
+  }
+};
+
 /**
  * GET {app_url}/assets/:name: a bundle by its hashed name, cacheable for a year (a new build has a
  * new name). Static code without data, so no session is needed; 404 for any other name.

@@ -28,7 +28,7 @@ export interface Assets {
 }
 
 /** The browser entry points, relative to src/http/app/browser/ (without extension). */
-export const BROWSER_ENTRIES = ['editor', 'engine-worker'] as const;
+export const BROWSER_ENTRIES = ['editor', 'engine-worker', 'report-view'] as const;
 
 const here = fileURLToPath(import.meta.url);
 /** `.ts` when the process runs the sources (tsx), `.js` when it runs dist/. */

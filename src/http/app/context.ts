@@ -13,7 +13,7 @@ import { type Principal, targetOf } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
 import { taskLinks } from '../../fhir/definitions.js';
 import { referenceId as fhirReferenceId, resourceIdIn } from '../../fhir/references.js';
-import type { SessionRow } from '../../projections/sessions.js';
+import type { SessionRow } from '../../queries/sessions.js';
 import { type ResourceRow, readVisible, visibleTo } from '../../queries/visibility.js';
 import { noteAudit } from '../audit.js';
 import { sessionFromCookie } from '../auth/sessions.js';

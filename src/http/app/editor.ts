@@ -6,18 +6,24 @@
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import { execute } from '../../commands/handler.js';
-import { saveReport } from '../../commands/reports.js';
+import { type ReportWrite, writeReport } from '../../commands/reports.js';
 import { checkRedirect, readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
+import { type MergeItem, mergeAnswers } from '../../domain/report/merge.js';
+import { isFinalStatus, ReportChangedElsewhere } from '../../domain/report/report.js';
+import { DEFINITIONS } from '../../fhir/definitions.js';
+import { vread } from '../../queries/fhir.js';
 import { type ResourceRow, readIfVisible } from '../../queries/visibility.js';
 import { defineForm, type FormDefinition, runForm } from '../../sdc/engine/index.js';
 import { membersOf, resolveAnswerValueSets, type ValueSetMembers } from '../../sdc/engine/valuesets.js';
 import { expandValueSet } from '../../sdc/expand.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { auditedWith, auditInline } from '../audit.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
 import { evaluationBudget } from '../edge/budget.js';
+import { assembledForUse } from '../sdc/assemble.js';
 import { formResolver, tenantResolver } from '../sdc/resolve.js';
-import { editorAssets } from './assets-route.js';
+import { editorAssets, reportViewAssets } from './assets-route.js';
 import {
   carriedInputs,
   loadTask,
@@ -39,6 +45,7 @@ import {
 } from './form-data.js';
 import { escapeHtml, layout } from './layout.js';
 import { itemAnchor, renderItems, scriptJson } from './render.js';
+import { conflictPanel, mergedNotice, reportStatusLine } from './report-view.js';
 
 interface Report {
   readonly task: ResourceRow;
@@ -121,7 +128,8 @@ const loadReport = async (
       'QuestionnaireNotFound',
       `the form of this report (${canonical || 'none'}) is not available to you`,
     );
-  const q = questionnaire as unknown as Questionnaire;
+  // SDC modular forms (issue 35): a form that needs assembling is assembled first.
+  const q = await assembledForUse(questionnaire as unknown as Questionnaire, resolve);
   const resolved = await resolveAnswerValueSets(q, formResolver(casebook, page.principal, q));
   const choices = withStoredChoices(
     choicesOf(q, resolved, page.command.now),
@@ -133,8 +141,9 @@ const loadReport = async (
 
 const STATUS_LABELS: Record<string, string> = {
   'in-progress': 'In progress',
-  completed: 'Completed',
+  completed: 'Final',
   amended: 'Amended',
+  'entered-in-error': 'Entered in error',
 };
 
 /** What the editor page shows. */
@@ -147,6 +156,16 @@ interface EditorView {
   readonly errors?: ReadonlyMap<string, readonly string[]>;
   readonly summary?: readonly SummaryEntry[];
   readonly notice?: string;
+  /** The version the page's answers are based on (`base_version`); the stored one when absent. */
+  readonly baseVersion?: number;
+  /** HTML above the form: the conflict panel (src/http/app/report-view.ts) or a merge notice. */
+  readonly banner?: string;
+  /** The page edits an amendment of a signed-off report, for this reason (issue 32). */
+  readonly amendReason?: string;
+  /** Read-only view: show unanswered items too. */
+  readonly showEmpty?: boolean;
+  /** A message for the read-only view's amend / entered-in-error form that was sent (a missing reason). */
+  readonly reasonError?: { readonly action: string; readonly message: string };
 }
 
 /** One line of the error summary: a field's message, linked to the field when it has one. */
@@ -212,11 +231,15 @@ const renderEditor = async (
 ) => {
   const { task, patient, response, questionnaire, form, choices, valueSets } = report;
   const qrStatus = String(response.resource.status ?? '');
+  // issue 32: a signed-off (or entered-in-error) report opens read-only, whatever the launch says;
+  // an amendment in progress is the editable copy.
+  const readonly = view.amendReason === undefined && (page.readonly || isFinalStatus(qrStatus));
   const items = renderItems(questionnaire.item, view.page.item, {
-    readonly: page.readonly,
+    readonly,
     choices,
     errors: view.errors ?? new Map(),
     enabled: view.enabled,
+    ...(readonly && !view.showEmpty ? { hideEmpty: true } : {}),
   });
   const title = String(questionnaire.title ?? questionnaire.name ?? 'Report');
   const summary =
@@ -232,14 +255,39 @@ const renderEditor = async (
           .join('')}</ul></div>`
       : '';
   const notice = view.notice ? `<div class="notice" role="status">${escapeHtml(view.notice)}</div>` : '';
-  const badge = page.readonly
-    ? '<span class="badge readonly">Read-only</span>'
-    : `<span class="badge status-${escapeHtml(qrStatus)}">${escapeHtml(STATUS_LABELS[qrStatus] ?? qrStatus)}</span>`;
+  const badge =
+    view.amendReason !== undefined
+      ? '<span class="badge status-amending">Amending</span>'
+      : readonly && !isFinalStatus(qrStatus)
+        ? '<span class="badge readonly">Read-only</span>'
+        : `<span class="badge status-${escapeHtml(qrStatus)}">${escapeHtml(STATUS_LABELS[qrStatus] ?? qrStatus)}</span>`;
   const head = `<div class="report-head"><div><h1>${escapeHtml(title)}</h1><p class="meta">${
-    typeof questionnaire.version === 'string' ? `Version ${escapeHtml(questionnaire.version)} · ` : ''
+    typeof questionnaire.version === 'string' ? `Form version ${escapeHtml(questionnaire.version)} · ` : ''
   }Task ${task.id}</p></div>${badge}</div>`;
   const action = withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry);
-  const assets = page.readonly ? undefined : await editorAssets(casebook);
+  const baseVersion = view.baseVersion ?? response.versionId;
+  if (readonly) {
+    const statusLine = await reportStatusLine(page, report.response, STATUS_LABELS[qrStatus] ?? qrStatus);
+    const note = isFinalStatus(qrStatus)
+      ? ''
+      : '<p class="readonly-note" role="note">This report is open read-only: answers cannot be changed here.</p>';
+    const body = `<main id="main">${notice}${head}${statusLine}${note}${readonlyActions(page, report, view, action, baseVersion)}
+<div class="card report readonly${qrStatus === 'entered-in-error' ? ' struck' : ''}">${items || '<p class="hint">This form has no questions.</p>'}</div></main>`;
+    const viewAssets = await reportViewAssets(casebook);
+    sendHtml(
+      ctx,
+      status,
+      layout({
+        title,
+        chrome: page.chrome,
+        banner: await pageBanner(page, patient, { status: qrStatus, version: String(response.versionId) }),
+        body,
+        ...(viewAssets ? { scripts: viewAssets } : {}),
+      }),
+    );
+    return;
+  }
+  const assets = await editorAssets(casebook);
   const data: EditorData = {
     questionnaire,
     choices: [...choices],
@@ -248,36 +296,35 @@ const renderEditor = async (
     ...(assets?.worker ? { worker: assets.worker } : {}),
   };
   const sections = sectionList(questionnaire, view.errors ?? new Map(), nodeLinkIds(view.errors));
-  const banner = await pageBanner(page, patient, {
-    status: qrStatus,
-    ...(typeof response.resource.meta === 'object' &&
-    response.resource.meta !== null &&
-    typeof (response.resource.meta as { versionId?: unknown }).versionId === 'string'
-      ? { version: (response.resource.meta as { versionId: string }).versionId }
-      : {}),
-  });
+  const banner = await pageBanner(page, patient, { status: qrStatus, version: String(response.versionId) });
   const authored = typeof response.resource.authored === 'string' ? response.resource.authored : '';
-  const body = page.readonly
-    ? `<main id="main">${head}<p class="readonly-note" role="note">This report is open read-only: answers cannot be changed here.</p>
-<div class="card report readonly">${items || '<p class="hint">This form has no questions.</p>'}</div></main>`
-    : `<main id="main">${notice}${summary}${head}
+  const amending = view.amendReason !== undefined;
+  const body = `<main id="main">${view.banner ?? ''}${notice}${summary}${head}${
+    amending
+      ? `<p class="notice" role="note">You are amending the signed-off report (version ${baseVersion}). Reason: ${escapeHtml(view.amendReason ?? '')}. Submitting it makes a new version, marked amended.</p>`
+      : ''
+  }
 <section id="cb-draft" class="draft-offer" aria-labelledby="cb-draft-title" hidden><h2 id="cb-draft-title">Unsaved answers found</h2>
 <p data-draft-text>Answers you typed earlier were not saved. They are kept in this browser.</p>
 <div class="buttons"><button type="button" class="primary" data-draft-restore>Restore unsaved answers</button><button type="button" class="secondary" data-draft-discard>Discard</button></div></section>
 <div class="${sections ? 'editor-layout' : ''}">${sections}<div class="editor-main">
 <form id="report-form" method="post" action="${escapeHtml(action)}" data-task="${task.id}"${
-        (page.session.postSubmitRedirect ?? taskRedirectInput(task.resource)) ? ' data-return-submit' : ''
-      }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate>
+    (page.session.postSubmitRedirect ?? taskRedirectInput(task.resource)) ? ' data-return-submit' : ''
+  }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate${amending ? ' data-autosave="off"' : ''}>
 <input type="hidden" name="cb:tz" value="Z">${carriedInputs(page.carry)}
+<input type="hidden" name="base_version" value="${baseVersion}">${
+    amending ? `<input type="hidden" name="amend_reason" value="${escapeHtml(view.amendReason ?? '')}">` : ''
+  }
 <div class="card report">${items || '<p class="hint">This form has no questions.</p>'}</div>
 <p id="cb-live" class="visually-hidden" role="status" aria-live="polite"></p>
 <p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <div class="actions" role="group" aria-label="Report actions">
 <button type="submit" name="action" value="cancel" class="secondary" formnovalidate>Cancel</button>
-<p id="cb-save-status" class="save-status" role="status"${authored ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
-<span class="spacer"></span>
-<button type="submit" name="action" value="save" class="secondary">Save draft</button>
-<button type="submit" name="action" value="submit" class="primary">Submit report</button>
+<p id="cb-save-status" class="save-status" role="status"${authored && !amending ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
+<span class="spacer"></span>${
+    amending ? '' : '\n<button type="submit" name="action" value="save" class="secondary">Save draft</button>'
+  }
+<button type="submit" name="action" value="submit" class="primary">${amending ? 'Submit amendment' : 'Submit report'}</button>
 </div></form></div></div>
 <dialog id="cb-discard" aria-labelledby="cb-discard-title"><form method="dialog"><h2 id="cb-discard-title">Discard unsaved changes?</h2>
 <p>Answers changed since the last save will be lost.</p>
@@ -298,30 +345,132 @@ const renderEditor = async (
 };
 
 /**
- * GET {app_url}/tasks/:id/report: the stored answers, with enablement and calculated values as the
- * engine gives them now.
+ * The read-only view's actions: Print, the unanswered-items switch (a link: works without script)
+ * and, on a signed-off report the launch did not open read-only, "Amend report" and "Entered in
+ * error", each with its Reason field (issue 32).
  */
-export const showReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
-  const page = await pageContext(ctx, casebook);
-  const report = await loadReport(page, casebook, ctx.params.id);
-  const notice =
-    ctx.query.saved !== undefined ? 'Saved. Your answers are stored; you can continue later.' : undefined;
+const readonlyActions = (
+  page: PageContext,
+  report: Report,
+  view: EditorView,
+  action: string,
+  baseVersion: number,
+): string => {
+  const qrStatus = String(report.response.resource.status ?? '');
+  const switchUrl = withQuery(
+    `${action.split('?')[0]}`,
+    page.carry,
+    view.showEmpty ? {} : { unanswered: 'show' },
+  );
+  const tools = `<div class="view-tools no-print"><button type="button" class="secondary" data-print hidden>Print</button>
+<a href="${escapeHtml(switchUrl)}">${view.showEmpty ? 'Hide unanswered questions' : 'Show unanswered questions'}</a></div>`;
+  if (page.readonly || (qrStatus !== 'completed' && qrStatus !== 'amended')) return tools;
+  const form = (value: string, label: string, id: string, hint: string) => {
+    const error = view.reasonError?.action === value ? view.reasonError.message : undefined;
+    return `<form method="post" action="${escapeHtml(action)}" class="card change-form no-print">
+<input type="hidden" name="base_version" value="${baseVersion}">${carriedInputs(page.carry)}
+<h2>${escapeHtml(label)}</h2><p class="hint">${escapeHtml(hint)}</p>${
+      error ? `<p class="field-error" id="${id}-error">${escapeHtml(error)}</p>` : ''
+    }
+<label class="q-label" for="${id}">Reason</label>
+<input type="text" id="${id}" name="reason" required maxlength="500"${
+      error ? ` aria-describedby="${id}-error" aria-invalid="true"` : ''
+    }>
+<button type="submit" name="action" value="${value}" class="${value === 'amend' ? 'primary' : 'secondary'}">${escapeHtml(label)}</button></form>`;
+  };
+  return `${tools}<div class="change-forms">${form(
+    'amend',
+    'Amend report',
+    'amend-reason',
+    'Opens an editable copy; submitting it makes a new version, marked amended, sent again to the clinical system as a correction.',
+  )}${form(
+    'entered-in-error',
+    'Entered in error',
+    'error-reason',
+    'For a report on the wrong patient or order: it is withdrawn and shown struck through.',
+  )}</div>`;
+};
+
+/** The stored response run through the engine (enablement, calculated values) for showing. */
+const shownResponse = (report: Report, ctx: Context, page: PageContext, items?: MergeItem[]) => {
   const shown = structuredClone(report.response.resource) as unknown as QuestionnaireResponse;
+  if (items) (shown as { item?: unknown }).item = items;
   const run = runForm(report.form, shown, {
     complete: true,
     calculate: true,
     budget: evaluationBudget(ctx),
     now: page.command.now,
   });
+  return { page: shown, enabled: run.enablementByKey() };
+};
+
+/** The positive integer of `base_version`. @throws {DomainError} 400 when missing or malformed. */
+const baseVersionOf = (body: FormBody): number => {
+  const raw = valuesOf(body, 'base_version')[0];
+  if (raw === undefined || !/^[1-9][0-9]{0,9}$/.test(raw))
+    throw new DomainError(
+      'invalid',
+      'BaseVersionRequired',
+      'base_version must name the version of the report the page was opened at',
+      'base_version',
+    );
+  return Number(raw);
+};
+
+/** The items of version `version` of the report's response (FHIR vread through the session's rights). */
+const itemsAt = async (page: PageContext, report: Report, version: number): Promise<MergeItem[]> => {
+  const stored = await vread(
+    page.command.sql,
+    page.command.store,
+    page.principal,
+    DEFINITIONS.QuestionnaireResponse,
+    report.response.id,
+    version,
+  );
+  return (stored.resource.item ?? []) as MergeItem[];
+};
+
+/**
+ * GET {app_url}/tasks/:id/report: the stored answers, with enablement and calculated values as the
+ * engine gives them now. A signed-off report is the read-only view (issue 32); `?base_version=N`
+ * (the `conflictUrl` of a refused JSON save) shows what changed since version N.
+ */
+export const showReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
+  const page = await pageContext(ctx, casebook);
+  const report = await loadReport(page, casebook, ctx.params.id);
+  const notice =
+    ctx.query.saved !== undefined ? 'Saved. Your answers are stored; you can continue later.' : undefined;
+  const raw = typeof ctx.query.base_version === 'string' ? ctx.query.base_version : undefined;
+  let banner: string | undefined;
+  if (raw !== undefined && /^[1-9][0-9]{0,9}$/.test(raw) && Number(raw) < report.response.versionId) {
+    const base = await itemsAt(page, report, Number(raw));
+    const theirs = (report.response.resource.item ?? []) as MergeItem[];
+    const { changes } = mergeAnswers(base, base, theirs);
+    banner = conflictPanel(report.form, report.choices, changes, {
+      baseVersion: Number(raw),
+      currentVersion: report.response.versionId,
+      mine: false,
+      mergeable: false,
+    });
+  }
   await renderEditor(
     ctx,
     casebook,
     page,
     report,
-    { page: shown, enabled: run.enablementByKey(), ...(notice ? { notice } : {}) },
+    {
+      ...shownResponse(report, ctx, page),
+      ...(notice ? { notice } : {}),
+      ...(banner ? { banner } : {}),
+      showEmpty: ctx.query.unanswered === 'show',
+    },
     200,
   );
 };
+
+/** Whether the request is the editor's own fetch (autosave): it wants JSON answers (docs/interface.md §1.3). */
+const wantsJson = (ctx: Context): boolean =>
+  ctx.accepts('text/html', 'application/json') === 'application/json';
 
 /** Where the browser goes next: a checked redirect with the parameters appended, or undefined. */
 const redirectTarget = async (
@@ -376,13 +525,32 @@ const messagePage = (
     }),
   );
 
-/** POST {app_url}/tasks/:id/report with `action=save|submit|cancel`. */
+const ACTIONS = ['save', 'submit', 'cancel', 'amend', 'entered-in-error', 'merge'] as const;
+type Action = (typeof ACTIONS)[number];
+
+/**
+ * POST {app_url}/tasks/:id/report (docs/interface.md §1.3) with `action`:
+ * - `save` / `submit`, with `base_version`: a new version (`in-progress` / `completed`), or with
+ *   `amend_reason` the amendment's submit (`amended`). A stale base answers the conflict page
+ *   (409: what changed, the user's answers kept, nothing stored); with `Accept: application/json`
+ *   a save answers `{version, savedAt}` or 409 `{conflict, currentVersion, conflictUrl}`.
+ * - `merge`: the user's non-colliding changes applied onto the current version, shown for review
+ *   (nothing stored until Save).
+ * - `amend` / `entered-in-error`, with `reason`: the editable copy of a signed-off report, or its
+ *   withdrawal.
+ * - `cancel`: post_cancel_redirect.
+ */
 export const postReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
   const page = await pageContext(ctx, casebook);
   const body = (ctx.request.body ?? {}) as FormBody;
-  const action = valuesOf(body, 'action')[0];
-  if (action !== 'save' && action !== 'submit' && action !== 'cancel')
-    throw new DomainError('invalid', 'InvalidAction', 'action must be save, submit or cancel', 'action');
+  const action = valuesOf(body, 'action')[0] as Action | undefined;
+  if (action === undefined || !ACTIONS.includes(action))
+    throw new DomainError(
+      'invalid',
+      'InvalidAction',
+      `action must be one of ${ACTIONS.join(', ')}`,
+      'action',
+    );
   const report = await loadReport(page, casebook, ctx.params.id);
   const { task, response } = report;
 
@@ -413,10 +581,78 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
   }
   if (page.readonly)
     throw new DomainError('forbidden', 'ReadOnly', 'this report was opened read-only and cannot be changed');
-
+  const baseVersion = baseVersionOf(body);
   const current = response.resource as unknown as QuestionnaireResponse;
-  const wasCompleted = current.status === 'completed' || current.status === 'amended';
-  const status = action === 'submit' || wasCompleted ? 'completed' : 'in-progress';
+  const author = `Practitioner/${page.session.userId}`;
+
+  if (action === 'amend' || action === 'entered-in-error') {
+    const reason = (valuesOf(body, 'reason')[0] ?? '').trim();
+    if (reason === '' || baseVersion !== response.versionId || !isFinalStatus(current.status)) {
+      const notice =
+        reason === ''
+          ? undefined
+          : baseVersion !== response.versionId
+            ? `The report changed since you opened it (now version ${response.versionId}); nothing was done. Check this version, then try again.`
+            : undefined;
+      if (!isFinalStatus(current.status))
+        throw new DomainError(
+          'conflict',
+          'ReportNotSignedOff',
+          'only a submitted report is amended or withdrawn',
+        );
+      await renderEditor(
+        ctx,
+        casebook,
+        page,
+        report,
+        {
+          ...shownResponse(report, ctx, page),
+          ...(notice ? { notice } : {}),
+          ...(reason === '' ? { reasonError: { action, message: 'Give the reason for this change.' } } : {}),
+        },
+        reason === '' ? 422 : 409,
+      );
+      return;
+    }
+    if (action === 'amend') {
+      if (current.status === 'entered-in-error')
+        throw new DomainError(
+          'conflict',
+          'ReportLocked',
+          'the report was marked entered in error: it can no longer be changed',
+        );
+      await renderEditor(
+        ctx,
+        casebook,
+        page,
+        report,
+        { ...shownResponse(report, ctx, page), amendReason: reason, baseVersion },
+        200,
+      );
+      return;
+    }
+    const { resourceType: _t, id: _i, meta: _m, ...content } = response.resource;
+    await writeAudited(ctx, casebook, page, report, content, baseVersion, {
+      type: 'MarkReportEnteredInError',
+      reason,
+      author,
+    });
+    ctx.status = 303;
+    ctx.set('Cache-Control', 'no-store');
+    ctx.redirect(withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry));
+    ctx.status = 303;
+    return;
+  }
+
+  const amendReason = valuesOf(body, 'amend_reason')[0]?.trim();
+  const amending = amendReason !== undefined && amendReason !== '';
+  if (amending && action === 'save')
+    throw new DomainError(
+      'conflict',
+      'ReportLocked',
+      'an amendment is not saved as a draft: submit it, or cancel it',
+    );
+  const status = action === 'submit' ? (amending ? 'amended' : 'completed') : 'in-progress';
   const { resourceType: _t, id: _i, meta: _m, ...content } = response.resource;
   // The engine recomputes enablement and calculated values; on submit its checks may refuse.
   const evaluated = evaluateEditorForm(report.form, body, {
@@ -428,10 +664,45 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       status,
     },
     status,
-    check: status === 'completed',
+    check: action === 'submit',
     budget: evaluationBudget(ctx),
     now: page.command.now,
   });
+  const keep = { baseVersion, ...(amending ? { amendReason } : {}) };
+
+  if (action === 'merge') {
+    if (isFinalStatus(current.status)) {
+      await renderEditor(
+        ctx,
+        casebook,
+        page,
+        report,
+        {
+          ...shownResponse(report, ctx, page),
+          notice:
+            'The report was signed off elsewhere meanwhile: your changes cannot be applied to it. Amend it if they are needed.',
+        },
+        409,
+      );
+      return;
+    }
+    const base = await itemsAt(page, report, baseVersion);
+    const mine = (evaluated.run.stored().item ?? []) as unknown as MergeItem[];
+    const merged = mergeAnswers(base, mine, (current.item ?? []) as unknown as MergeItem[]);
+    await renderEditor(
+      ctx,
+      casebook,
+      page,
+      report,
+      {
+        ...shownResponse(report, ctx, page, merged.items),
+        banner: mergedNotice(report.form, report.choices, merged.changes, response.versionId),
+      },
+      200,
+    );
+    return;
+  }
+
   const summary: SummaryEntry[] = [];
   const nodes = new Map(evaluated.run.context.tree.nodes.map((n) => [n.key, n]));
   for (const [key, messages] of evaluated.errors)
@@ -450,33 +721,101 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       casebook,
       page,
       report,
-      { page: evaluated.page, enabled: evaluated.run.enablementByKey(), errors: evaluated.errors, summary },
+      {
+        page: evaluated.page,
+        enabled: evaluated.run.enablementByKey(),
+        errors: evaluated.errors,
+        summary,
+        ...keep,
+      },
       422,
     );
     return;
   }
   const next: QuestionnaireResponse = { ...evaluated.run.stored(), authored: page.command.now.toISOString() };
+  const write: ReportWrite = amending
+    ? { type: 'AmendReport', reason: amendReason, author }
+    : { type: action === 'submit' ? 'SubmitReport' : 'SaveReport', author };
 
-  // One append: the response and the Task (completed on submit) move together.
-  await execute(page.command, (uow) =>
-    saveReport(
-      uow,
-      page.principal,
-      task.id,
-      response.id,
+  let saved: { versionId: number; lastUpdated: string };
+  try {
+    saved = await writeAudited(
+      ctx,
+      casebook,
+      page,
+      report,
       next as unknown as Record<string, unknown>,
-      status === 'completed',
-    ),
-  );
+      baseVersion,
+      write,
+      action === 'save' && wantsJson(ctx) ? 200 : 303,
+    );
+  } catch (error) {
+    if (error instanceof ReportChangedElsewhere) {
+      const conflictUrl = withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry, {
+        base_version: String(baseVersion),
+      });
+      if (wantsJson(ctx)) {
+        ctx.status = 409;
+        ctx.set('Cache-Control', 'no-store');
+        ctx.body = { conflict: true, currentVersion: String(error.currentVersion), conflictUrl };
+        return;
+      }
+      // Nothing stored: the page keeps the user's answers and says what changed (issue 32).
+      const base = await itemsAt(page, report, baseVersion);
+      const mine = (evaluated.run.stored().item ?? []) as unknown as MergeItem[];
+      const { changes } = mergeAnswers(base, mine, (current.item ?? []) as unknown as MergeItem[]);
+      await renderEditor(
+        ctx,
+        casebook,
+        page,
+        report,
+        {
+          page: evaluated.page,
+          enabled: evaluated.run.enablementByKey(),
+          banner: conflictPanel(report.form, report.choices, changes, {
+            baseVersion,
+            currentVersion: error.currentVersion,
+            mine: true,
+            mergeable: !isFinalStatus(current.status),
+          }),
+          ...keep,
+        },
+        409,
+      );
+      return;
+    }
+    if (error instanceof DomainError && error.code === 'ReportLocked' && !wantsJson(ctx)) {
+      await renderEditor(
+        ctx,
+        casebook,
+        page,
+        report,
+        {
+          ...shownResponse(report, ctx, page),
+          notice: 'This report is signed off: it was not changed. Use "Amend report" to change it.',
+        },
+        409,
+      );
+      return;
+    }
+    throw error;
+  }
 
   if (action === 'save') {
+    if (wantsJson(ctx)) {
+      ctx.status = 200;
+      ctx.set('Cache-Control', 'no-store');
+      ctx.body = { version: String(saved.versionId), savedAt: saved.lastUpdated };
+      return;
+    }
     ctx.status = 303;
     ctx.set('Cache-Control', 'no-store');
     ctx.redirect(withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry, { saved: '1' }));
     ctx.status = 303;
     return;
   }
-  // docs/interface.md §2.1: the session's post_submit_redirect wins over the Task's input.
+  // docs/interface.md §2.1: the session's post_submit_redirect wins over the Task's input; an
+  // amendment sends it again (issue 32).
   const { url, problem } = await redirectTarget(
     page,
     casebook,
@@ -494,9 +833,50 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
   messagePage(
     ctx,
     page,
-    'Report submitted',
-    'The report was submitted. You can close this window and return to your clinical system.',
+    amending ? 'Amendment submitted' : 'Report submitted',
+    `The ${amending ? 'amendment' : 'report'} was submitted. You can close this window and return to your clinical system.`,
     problem ? `<p class="hint">The return address was not allowed: ${escapeHtml(problem)}</p>` : '',
     await pageBanner(page, report.patient),
   );
+};
+
+/**
+ * One append of a report version (src/commands/reports.ts writeReport) with the request's
+ * AuditEvent in it; an amendment's or entered-in-error's reason is on the AuditEvent's entity
+ * (the version written), beside the event's own `reason` and `author`.
+ */
+const writeAudited = async (
+  ctx: Context,
+  casebook: Casebook,
+  page: PageContext,
+  report: Report,
+  content: Record<string, unknown>,
+  baseVersion: number,
+  write: ReportWrite,
+  answered = 303,
+): Promise<{ versionId: number; lastUpdated: string }> => {
+  const { task, response } = report;
+  const executed = await execute(
+    page.command,
+    (uow) => writeReport(uow, page.principal, task.id, response.id, content, baseVersion, write),
+    {
+      audit: auditInline(casebook, ctx, (result) => ({
+        status: answered,
+        note: {
+          action: 'U',
+          interaction: 'update',
+          entities: [
+            {
+              reference: `QuestionnaireResponse/${response.id}`,
+              patientId: response.patientId,
+              version: result.versionId,
+              ...('reason' in write ? { reason: write.reason } : {}),
+            },
+          ],
+        },
+      })),
+    },
+  );
+  auditedWith(ctx, executed.audited);
+  return { versionId: executed.result.versionId, lastUpdated: executed.result.lastUpdated };
 };

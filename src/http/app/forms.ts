@@ -12,6 +12,7 @@ import { findVisible, type ResourceRow, readIfVisible } from '../../queries/visi
 import { populate } from '../../sdc/populate.js';
 import type { Json, Questionnaire } from '../../sdc/types.js';
 import { evaluationBudget } from '../edge/budget.js';
+import { queryBudget, queryRunner } from '../sdc/query.js';
 import {
   carriedInputs,
   loadTask,
@@ -109,6 +110,9 @@ export const chooseForm = async (ctx: Context, casebook: Casebook): Promise<void
       ...(user ? [{ name: 'user', content: user }] : []),
     ],
     now: page.command.now,
+    // The editor's form is populated as $populate would: queries of the session's own data.
+    query: queryRunner(ctx, page.command.sql, page.principal, casebook.config.fhirUrl),
+    queryBudget: queryBudget(ctx),
   });
   const questionnaireRef =
     response.questionnaire ??

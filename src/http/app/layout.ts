@@ -154,6 +154,35 @@ nav.sections li { min-height:24px; }
   nav.sections { position:sticky; top:3.5rem; max-height:calc(100vh - 4.5rem); overflow:auto; }
 }
 @media print { .patient-banner { position:static; } .actions, nav.sections { display:none; } }
+.badge.status-amended { background:#e5f0fb; color:#0b4f8a; }
+.badge.status-entered-in-error, .badge.status-amending { background:var(--error-bg); color:var(--error); }
+.status-line { background:#fff; border:1px solid var(--line); border-left:4px solid var(--ok); border-radius:6px; padding:.5rem .9rem; margin-bottom:1rem; }
+.status-line p { margin:.15rem 0; }
+.status-line.status-amended { border-left-color:var(--accent); }
+.status-line.status-entered-in-error { border-left-color:var(--error); }
+.report.struck .answer-readonly, .report.struck .q-label, .report.struck legend { text-decoration:line-through; color:var(--muted); }
+.view-tools { display:flex; gap:1rem; align-items:center; margin-bottom:1rem; flex-wrap:wrap; }
+.change-forms { display:grid; grid-template-columns:repeat(auto-fit, minmax(16rem, 1fr)); gap:1rem; }
+.change-form h2 { margin-top:0; }
+.change-form input[type=text] { margin-bottom:.6rem; }
+.conflict { border:2px solid #b26a00; background:#fff8ec; }
+.conflict h2 { margin-top:0; color:#6b4000; }
+table.changes { border-collapse:collapse; width:100%; margin:.6rem 0; font-size:.95rem; background:#fff; }
+table.changes caption { text-align:left; font-weight:600; padding:.2rem 0; }
+table.changes th, table.changes td { border:1px solid var(--line); padding:.35rem .5rem; text-align:left; vertical-align:top; }
+table.changes .empty { color:var(--muted); }
+.merged h2 { margin-top:0; font-size:1.05rem; }
+.merged h3 { font-size:.98rem; margin:.6rem 0 .2rem; }
+@media print {
+  header.topbar { background:none; color:#000; border-bottom:1px solid #000; }
+  header.topbar .brand::before { display:none; }
+  body { background:#fff; font-size:11pt; }
+  main { max-width:none; margin:0; }
+  .no-print, .skip, .actions, .change-forms, .view-tools { display:none !important; }
+  .card, .status-line { box-shadow:none; border-color:#999; break-inside:avoid; }
+  .answer-readonly { background:none; border:0; padding:0 0 0 .6rem; }
+  a { color:#000; text-decoration:none; }
+}
 `;
 
 /** A whole HTML document. */

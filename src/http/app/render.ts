@@ -28,6 +28,7 @@ import {
 } from './form-data.js';
 import { itemAnchor } from './item-anchor.js';
 import { escapeHtml } from './layout.js';
+import { humanDateTime } from './report-view.js';
 
 /** Options of {@link renderItems}. */
 export interface RenderOptions {
@@ -37,6 +38,8 @@ export interface RenderOptions {
   readonly errors: ReadonlyMap<string, readonly string[]>;
   /** Enablement per key, as the engine decided it (disabled items start hidden). */
   readonly enabled: ReadonlyMap<string, boolean>;
+  /** Read-only: unanswered questions are rendered `hidden` (the view's switch shows them). */
+  readonly hideEmpty?: boolean;
 }
 
 export { itemAnchor };
@@ -104,9 +107,19 @@ export const renderItems = (
     note = '',
   ) => {
     const shown = answers
-      .map((a) => shownAnswer(item, a, options.choices.get(item.linkId)))
+      .map((a) => {
+        const text = shownAnswer(item, a, options.choices.get(item.linkId));
+        // Dates and times for people, not raw ISO (issue 32).
+        const raw = a.valueDateTime ?? a.valueDate;
+        return typeof raw === 'string' && text === raw ? humanDateTime(raw) : text;
+      })
       .filter((t) => t !== '');
-    return `${wrapperStart(item, key)}<div class="q-label">${labelText(item)}</div>${note}${
+    // issue 32: the read-only view leaves unanswered questions out unless asked to show them.
+    const start =
+      shown.length === 0 && options.hideEmpty
+        ? wrapperStart(item, key, ' unanswered').replace(/(?<! hidden)>$/, ' hidden>')
+        : wrapperStart(item, key);
+    return `${start}<div class="q-label">${labelText(item)}</div>${note}${
       shown.length > 0
         ? shown.map((t) => `<div class="answer-readonly">${escapeHtml(t)}</div>`).join('')
         : '<div class="answer-readonly empty">—</div>'

@@ -14,7 +14,7 @@ import {
   handOverSession,
 } from '../../commands/sessions.js';
 import { resourceIdIn } from '../../fhir/references.js';
-import { findSession, findSessionByCookie, type SessionRow } from '../../projections/sessions.js';
+import { findSession, findSessionByCookie, type SessionRow } from '../../queries/sessions.js';
 import { inFrame, sendFramePage } from '../app/error-page.js';
 import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';

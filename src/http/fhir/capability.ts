@@ -100,7 +100,12 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
             ].map((code) => ({ code })),
             searchParam: [...search.parameters].map(([name, p]) => ({
               name,
-              type: p.kind === 'element' ? p.type : SEARCH_TYPES[p.kind],
+              type:
+                p.kind === 'element'
+                  ? p.type
+                  : p.kind === 'indexed'
+                    ? p.definition.type
+                    : SEARCH_TYPES[p.kind],
             })),
             ...(search._include ? { searchInclude: search._include } : {}),
             ...(operationsOf(type).length > 0 ? { operation: operationsOf(type) } : {}),
@@ -125,6 +130,32 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
             { name: 'action', type: 'token' },
             { name: 'outcome', type: 'token' },
           ],
+        },
+        {
+          type: 'Subscription',
+          documentation:
+            'FHIR R5 topic-based subscriptions (channel rest-hook; payload empty, id-only or full-resource), for API clients with system/Subscription.* scopes. Notifications are signed (X-Casebook-Signature) with the secret shown once in the create response.',
+          versioning: 'versioned',
+          interaction: ['read', 'update', 'delete', 'create', 'search-type'].map((code) => ({ code })),
+          searchParam: [{ name: 'status', type: 'token' }],
+          operation: [
+            {
+              name: 'status',
+              definition: 'http://hl7.org/fhir/OperationDefinition/Subscription-status',
+              documentation: 'The SubscriptionStatus: status, eventsSinceSubscriptionStart, last error.',
+            },
+            {
+              name: 'events',
+              definition: 'http://hl7.org/fhir/OperationDefinition/Subscription-events',
+              documentation:
+                'Past notifications replayed from the log by event number (eventsSinceNumber, eventsUntilNumber, content).',
+            },
+          ],
+        },
+        {
+          type: 'SubscriptionTopic',
+          documentation: 'The topics casebook publishes (read only).',
+          interaction: [{ code: 'read' }, { code: 'search-type' }],
         },
       ],
     },

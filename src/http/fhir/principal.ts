@@ -9,7 +9,7 @@ import type { Casebook } from '../../casebook.js';
 import type { ClientPrincipal } from '../../commands/sessions.js';
 import type { Principal } from '../../fhir/access.js';
 import { parseScopeList, type ResourceScope } from '../../fhir/scopes.js';
-import type { SessionRow } from '../../projections/sessions.js';
+import type { SessionRow } from '../../queries/sessions.js';
 import { authenticateClient } from '../auth/client-auth.js';
 import { SESSION_COOKIE, sessionFromCookie } from '../auth/sessions.js';
 import { HttpError } from '../errors.js';

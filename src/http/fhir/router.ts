@@ -23,6 +23,7 @@ import { HttpError } from '../errors.js';
 import { capabilityStatement } from './capability.js';
 import { FHIR_JSON, requireFhirJson } from './media.js';
 import { resolvePrincipal } from './principal.js';
+import { mountSubscriptions } from './subscriptions.js';
 
 /**
  * Sends one resource with its version headers (ETag, Last-Modified), honouring `Prefer: return=minimal`.
@@ -246,6 +247,9 @@ export const fhirRouter = (casebook: Casebook): Router => {
   router.post('/AuditEvent', auditIsReadOnly);
   router.put('/AuditEvent/:id', auditIsReadOnly);
   router.delete('/AuditEvent/:id', auditIsReadOnly);
+
+  // FHIR R5 Subscriptions and SubscriptionTopics (issue 37), before the generic routes.
+  mountSubscriptions(router, casebook);
 
   // FHIR R5 Patient $everything (issue 14): the patient's whole record, paged.
   router.get('/Patient/:id/$everything', async (ctx) => {

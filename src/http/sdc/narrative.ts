@@ -1,10 +1,11 @@
 import { ZodError, z } from 'zod';
 import { DomainError } from '../../domain/decider.js';
+import { membersOf, resolveAnswerValueSets } from '../../sdc/engine/valuesets.js';
 import { generateNarrative } from '../../sdc/narrative.js';
-import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import type { Coding, Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { tenantResolver } from './resolve.js';
+import { formResolver, tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
 const FHIR_JSON = 'application/fhir+json';
@@ -116,7 +117,22 @@ export const register: RegisterOperation = (router, casebook) => {
         questionnaire = found?.resourceType === 'Questionnaire' ? (found as Questionnaire) : undefined;
       }
     }
-    const { xhtml, text } = generateNarrative(response, questionnaire);
+    // Coded answers without a display read by their answerValueSet's display (the form's rights).
+    const valueSetCodings = new Map<string, Coding[]>();
+    if (questionnaire)
+      for (const [canonical, valueSet] of await resolveAnswerValueSets(
+        questionnaire,
+        formResolver(casebook, principal, questionnaire),
+      ))
+        valueSetCodings.set(
+          canonical,
+          membersOf(valueSet).codes.map((c) => ({
+            ...(c.system !== undefined ? { system: c.system } : {}),
+            code: c.code,
+            ...(c.display !== undefined ? { display: c.display } : {}),
+          })),
+        );
+    const { xhtml, text } = generateNarrative(response, questionnaire, { valueSetCodings });
     ctx.status = 200;
     ctx.type = FHIR_JSON;
     ctx.body = {

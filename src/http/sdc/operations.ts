@@ -2,6 +2,7 @@
  * Every form-backend operation (issue 4; docs/interface.md §4.4–4.5): the table the form-backend
  * router mounts and the CapabilityStatement lists (issue 13: discoverable operations).
  */
+import { register as assemble } from './assemble.js';
 import { register as expand } from './expand.js';
 import { register as extract } from './extract.js';
 import { register as narrative } from './narrative.js';
@@ -31,6 +32,14 @@ export const SDC_OPERATIONS: readonly FhirOperation[] = [
     register: populate,
   },
   {
+    resourceType: 'Questionnaire',
+    name: 'assemble',
+    definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/Questionnaire-assemble',
+    documentation:
+      'SDC modular forms: the fully inline Questionnaire of one with subQuestionnaires (assembleContext, linkIdPrefix).',
+    register: assemble,
+  },
+  {
     resourceType: 'QuestionnaireResponse',
     name: 'validate',
     definition: 'http://hl7.org/fhir/OperationDefinition/Resource-validate',
@@ -50,7 +59,7 @@ export const SDC_OPERATIONS: readonly FhirOperation[] = [
     name: 'extract',
     definition: 'http://hl7.org/fhir/uv/sdc/OperationDefinition/QuestionnaireResponse-extract',
     documentation:
-      'SDC definition-based $extract: a transaction Bundle of the resources the response describes.',
+      'SDC $extract (observation-, definition- and template-based): a transaction Bundle of the resources the response describes.',
     register: extract,
   },
   {

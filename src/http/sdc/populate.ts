@@ -20,7 +20,9 @@ import { noteAudit } from '../audit.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
-import { tenantResolver } from './resolve.js';
+import { assembledForUse } from './assemble.js';
+import { queryBudget, queryRunner } from './query.js';
+import { formResolver, tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
 /** The input parameters of SDC $populate this server reads (`local` is accepted and ignored). */
@@ -154,7 +156,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
     setQuestionnaire(row.resource as Questionnaire, `Questionnaire/${id}`, `Questionnaire/${id}`);
   }
 
-  let subject: { reference?: string } | undefined;
+  let subject: Json | undefined;
   const context: { name: string; content: Json }[] = [];
   const resolver = tenantResolver(casebook, principal);
   for (const [index, raw] of parameters.entries()) {
@@ -165,9 +167,21 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
     const value = parameterValue(part);
     switch (raw.name) {
       case 'questionnaire': {
+        // SDC 4.0: the Questionnaire itself, or its canonical (`url` or `url|version`).
+        if (value && /^value(Canonical|Uri|Url)$/.test(value[0])) {
+          if (typeof value[1] !== 'string' || value[1] === '')
+            throw invalid(`${at} (questionnaire) must be a canonical URL`, at);
+          const found = await resolver('Questionnaire', value[1]);
+          if (!found) throw notFound(`no Questionnaire with canonical ${value[1]} is available`, at);
+          setQuestionnaire(checkQuestionnaire(found, at), at, true);
+          break;
+        }
         const resource = part.resource;
         if (!isObject(resource) || resource.resourceType !== 'Questionnaire')
-          throw invalid(`${at} (questionnaire) must carry a Questionnaire resource`, `${at}.resource`);
+          throw invalid(
+            `${at} (questionnaire) must carry a Questionnaire resource or a valueCanonical`,
+            `${at}.resource`,
+          );
         setQuestionnaire(checkQuestionnaire(resource, `${at}.resource`), at);
         break;
       }
@@ -192,7 +206,8 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
         if (value?.[0] !== 'valueReference' || !isObject(value[1]) || typeof value[1].reference !== 'string')
           throw invalid(`${at} (subject) must be a valueReference with a reference`, at);
         if (subject) throw invalid('give subject once', at);
-        subject = { reference: value[1].reference };
+        // Copied as it is: a subject on another server stays that server's reference (issue 35).
+        subject = value[1] as Json;
         break;
       }
       case 'context': {
@@ -242,13 +257,20 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
       { issueCode: 'required' },
     );
 
+  // SDC modular forms (issue 35): a form that needs assembling is assembled first.
+  const budget = evaluationBudget(ctx);
+  const form = await assembledForUse(questionnaire, resolver, budget);
   const { response, issues } = await populate({
-    budget: evaluationBudget(ctx),
-    questionnaire,
+    budget,
+    questionnaire: form,
     ...(questionnaireReference ? { questionnaireReference } : {}),
     ...(subject ? { subject } : {}),
     context,
-    resolve: resolver,
+    // answerValueSets with the form's rights (src/http/sdc/resolve.ts), like the report editor.
+    resolve: formResolver(casebook, principal, questionnaire),
+    query: queryRunner(ctx, casebook.sql, principal, casebook.config.fhirUrl),
+    queryBudget: queryBudget(ctx),
+    fhirBases: [casebook.config.fhirUrl, casebook.config.sdcUrl],
     now: casebook.clock(),
   });
   // QuestionnaireResponse.questionnaire is 1..1 in R5 (issue 13): an inline Questionnaire with no
@@ -258,7 +280,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
   if (!response.questionnaire) {
     populated = {
       ...response,
-      contained: [{ ...questionnaire, id: 'questionnaire' }],
+      contained: [{ ...form, id: 'questionnaire' }],
       questionnaire: '#questionnaire',
     } as typeof response;
     allIssues = {

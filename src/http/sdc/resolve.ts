@@ -6,7 +6,7 @@
 import type { Casebook } from '../../casebook.js';
 import type { Principal } from '../../fhir/access.js';
 import { findFormValueSets, findVisible } from '../../queries/visibility.js';
-import { answerValueSetsOf } from '../../sdc/engine/valuesets.js';
+import { answerValueSetsOf, unitValueSetsOf } from '../../sdc/engine/valuesets.js';
 import type { CanonicalResolver, Json, Questionnaire } from '../../sdc/types.js';
 
 /** Splits `url|version`. */
@@ -48,13 +48,17 @@ export const tenantResolver =
  * The ValueSets a form names, read with the form's rights (issue 32): a session that may open the
  * Questionnaire may see its answer lists, whatever its own scopes say about ValueSets (a clinician
  * session with `user/` scopes cannot read the tenant's ValueSets, yet the choice list must show).
- * Only the canonicals the Questionnaire's items name as `answerValueSet` resolve, in the caller's
+ * Only the canonicals the Questionnaire's items name as `answerValueSet` (or, for their units,
+ * `questionnaire-unitValueSet`) resolve, in the caller's
  * tenant (src/queries/visibility.ts findFormValueSets); anything else resolves to nothing.
  */
 export const formResolver =
   (casebook: Casebook, principal: Principal, questionnaire: Questionnaire): CanonicalResolver =>
   async (resourceType, canonical) => {
-    if (resourceType !== 'ValueSet' || !answerValueSetsOf(questionnaire).includes(canonical))
+    if (
+      resourceType !== 'ValueSet' ||
+      ![...answerValueSetsOf(questionnaire), ...unitValueSetsOf(questionnaire)].includes(canonical)
+    )
       return undefined;
     return newestVersion(await findFormValueSets(casebook.sql, principal, canonicalQuery(canonical)))
       ?.resource as Json | undefined;

@@ -4,6 +4,7 @@ import { validateResponse } from '../../sdc/validate.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
+import { assembledForUse } from './assemble.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -96,11 +97,11 @@ export const register: RegisterOperation = (router, casebook) => {
           { issueCode: 'not-found' },
         );
     }
+    // SDC modular forms (issue 35): a form that needs assembling is assembled first.
+    const budget = evaluationBudget(ctx);
+    const form = await assembledForUse(questionnaire, resolve, budget);
     ctx.status = 200;
     ctx.type = FHIR_JSON;
-    ctx.body = await validateResponse(input.response, questionnaire, {
-      resolve,
-      budget: evaluationBudget(ctx),
-    });
+    ctx.body = await validateResponse(input.response, form, { resolve, budget });
   });
 };

@@ -23,7 +23,9 @@ import {
   type ExportCommand,
   exportDecider,
   exportKey,
+  exportStatusOf,
   exportStream,
+  legacyExportStatus,
   REPORT_EXPORT_QUEUED,
   type ReportExportQueuedData,
 } from '../../domain/export/export.js';
@@ -34,11 +36,11 @@ import { newId } from '../../domain/ids.js';
 import type { Actor, EventStore } from '../../eventstore/port.js';
 import { referenceId } from '../../fhir/references.js';
 import type { Metrics } from '../../metrics.js';
-import { exportOutboxProjection } from '../../projections/export-outbox.js';
-import { readResource, searchResources } from '../../projections/resources.js';
-import type { ProjectionRunner } from '../../projections/runner.js';
+import { EXPORT_OUTBOX, type ReadModelNotices } from '../../queries/read-models.js';
+import { readResource, searchResources } from '../../queries/resources.js';
 import { generateNarrative } from '../../sdc/narrative.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
+import { jitteredBackoff, sleep } from '../delivery/schedule.js';
 import { failureReason } from './outside-text.js';
 import type { HospitalIdentifier, Report, Sink } from './sinks.js';
 
@@ -50,7 +52,7 @@ const ACTOR: Actor = { type: 'system', id: 'export' };
 export interface ExporterDeps {
   readonly sql: Sql;
   readonly store: EventStore;
-  readonly runner: ProjectionRunner;
+  readonly runner: ReadModelNotices;
   readonly logger: Logger;
   readonly metrics?: Metrics;
   /** The audit trail: every delivery attempt is a disclosure and is recorded. */
@@ -116,37 +118,8 @@ export interface ExportHealth {
   readonly warnings: readonly string[];
 }
 
-const sleep = (ms: number, signal: AbortSignal, wake?: (resolve: () => void) => () => void) =>
-  new Promise<void>((resolve) => {
-    let unwake = () => {};
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      unwake();
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-    if (wake) unwake = wake(done);
-  });
-
-/**
- * Ceiling of the delay before attempt `failed + 1` after `failed` failures: base · 2^(failed-1),
- * capped at `maxMs` (milliseconds).
- */
-export const backoff = (failed: number, baseMs: number, maxMs: number): number =>
-  Math.min(maxMs, baseMs * 2 ** Math.max(0, Math.min(failed - 1, 30)));
-
-/**
- * The delay before the next attempt, ms: full jitter — uniform in [0, {@link backoff}) — so
- * reports failing together do not retry together; at least 10 ms.
- */
-export const jitteredBackoff = (
-  failed: number,
-  baseMs: number,
-  maxMs: number,
-  random: () => number,
-): number => Math.max(10, Math.floor(random() * backoff(failed, baseMs, maxMs)));
+// Backoff and sleep are shared with the subscription notifier (integration/delivery/schedule.ts).
+export { backoff, jitteredBackoff } from '../delivery/schedule.js';
 
 /** Hex SHA-256 of the UTF-8 bytes of `text`. */
 export const sha256Hex = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
@@ -341,7 +314,7 @@ export class Exporter {
     // start at once.
     const applied = this.deps.runner.applied$.subscribe({
       next: (names) => {
-        if (!names || names.has(exportOutboxProjection.name)) this.wake();
+        if (!names || names.has(EXPORT_OUTBOX)) this.wake();
       },
     });
     const wake = (resolve: () => void) => {
@@ -430,6 +403,7 @@ export class Exporter {
       ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
       ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
       ...(rendered.authored ? { authored: rendered.authored } : {}),
+      status: rendered.status,
       at: this.now().toISOString(),
     };
     await this.record(tenantId, { type: 'QueueExport', data }, `${responseId}-v${version}:queued`);
@@ -509,6 +483,7 @@ export class Exporter {
       version: row.version,
       authored: queued.authored,
       queuedAt: queued.at,
+      status: queued.status ?? legacyExportStatus(row.version),
     };
     metrics?.exportAttempts.inc({ sink: this.sink.label });
     let command: ExportCommand;
@@ -630,6 +605,7 @@ export class Exporter {
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,
+      status: exportStatusOf(resource.status),
     };
   }
 

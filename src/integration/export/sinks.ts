@@ -8,6 +8,8 @@ import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { ExportStatus } from '../../domain/export/export.js';
+import { MAX_ANSWER_BYTES, postBounded } from '../delivery/http-post.js';
 import { sanitizeOutsideText } from './outside-text.js';
 
 export interface HospitalIdentifier {
@@ -32,7 +34,15 @@ export interface Report {
    * attempt sends the same bytes.
    */
   readonly queuedAt?: string | undefined;
+  /**
+   * `final`, `corrected` (an amendment) or `retracted` (entered in error), issue 32: HL7 v2 OBR-25
+   * and OBX-11 `F` / `C` / `W`; the HTTP sink's `X-Report-Status` header; the file sink's first
+   * line `Status: …` for a correction or a retraction. Absent: `final`.
+   */
+  readonly status?: ExportStatus | undefined;
 }
+
+const HL7_RESULT_STATUS: Record<ExportStatus, string> = { final: 'F', corrected: 'C', retracted: 'W' };
 
 export interface Sink {
   /** Scheme and host of the sink, for the event log (never credentials or paths). */
@@ -70,29 +80,10 @@ export const openSink = (url: string, options: SinkOptions = {}): Sink => {
 };
 
 /**
- * Most bytes of a sink's answer casebook reads: the HTTP status decides, the body is read only so
- * the connection can be reused, and an MLLP acknowledgement is a few hundred bytes. A receiver
- * that sends more (gigabytes, or bytes without end until the timeout) is cut off there: its answer
- * was buffered whole, and could exhaust the memory of the process.
+ * Most bytes of a sink's answer casebook reads (the HTTP answer and an MLLP acknowledgement): the
+ * shared bound of every outside delivery (integration/delivery/http-post.ts).
  */
-export const MAX_SINK_ANSWER_BYTES = 65_536;
-
-/** Reads and drops at most {@link MAX_SINK_ANSWER_BYTES} of an HTTP answer's body, then cancels the rest. */
-const discardBody = async (res: Response): Promise<void> => {
-  const reader = res.body?.getReader();
-  if (!reader) return;
-  let read = 0;
-  try {
-    while (read <= MAX_SINK_ANSWER_BYTES) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      read += value.byteLength;
-    }
-    await reader.cancel();
-  } catch {
-    // The body failed or was cut off: the status has already been received.
-  }
-};
+export const MAX_SINK_ANSWER_BYTES = MAX_ANSWER_BYTES;
 
 const identifierHeader = (i: HospitalIdentifier) => {
   const raw = `${i.system}|${i.value}`;
@@ -113,6 +104,7 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
       const headers: Record<string, string> = {
         'Content-Type': 'text/plain; charset=utf-8',
         'Idempotency-Key': report.idempotencyKey,
+        'X-Report-Status': report.status ?? 'final',
       };
       if (username || password)
         headers.Authorization = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
@@ -120,24 +112,8 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
         headers['X-Patient-Identifier'] = identifierHeader(report.patientIdentifier);
       if (report.encounterIdentifier)
         headers['X-Encounter-Identifier'] = identifierHeader(report.encounterIdentifier);
-      // One controller with a plain timer: a signal from AbortSignal.any over AbortSignal.timeout
-      // can be garbage-collected before it fires, and a hanging sink then holds the delivery for ever.
-      const controller = new AbortController();
-      const timer = setTimeout(
-        () => controller.abort(new DOMException(`no answer within ${timeoutMs} ms`, 'TimeoutError')),
-        timeoutMs,
-      );
-      const stop = () => controller.abort(signal?.reason);
-      signal?.addEventListener('abort', stop, { once: true });
-      let res: Response;
-      try {
-        res = await fetch(target, { method: 'POST', headers, body: report.text, signal: controller.signal });
-        await discardBody(res);
-      } finally {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', stop);
-      }
-      if (!res.ok) throw new Error(`HTTP ${res.status} from the export sink`);
+      const status = await postBounded(target, { headers, body: report.text, timeoutMs, signal });
+      if (status < 200 || status > 299) throw new Error(`HTTP ${status} from the export sink`);
     },
   };
 };
@@ -151,7 +127,10 @@ const fileSink = (url: URL, timeoutMs: number): Sink => {
     // The key names the file: unique across installations, stable across attempts.
     const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
     const tmp = `${name}.tmp`;
-    await writeFile(tmp, report.text, { encoding: 'utf8', signal });
+    // A correction or a retraction says so on its first line; a final report is the text alone.
+    const status = report.status ?? 'final';
+    const text = status === 'final' ? report.text : `Status: ${status}\n\n${report.text}`;
+    await writeFile(tmp, text, { encoding: 'utf8', signal });
     // A write that finished after the timeout is not put in place: the attempt was already failed.
     signal.throwIfAborted();
     await rename(tmp, name);
@@ -228,6 +207,8 @@ const cx = (i: HospitalIdentifier | undefined) =>
 /** The ORU^R01 message of a report, segments separated by CR (no framing). */
 export const buildOru = (report: Report, now: Date = new Date()): string => {
   const lines = report.text.split('\n');
+  // OBR-25 and OBX-11: a correction (C) or a retraction (W) of what was sent, never a second original.
+  const resultStatus = HL7_RESULT_STATUS[report.status ?? 'final'];
   const observed = report.authored ? hl7Time(report.authored) : '';
   const pv1 = ['PV1', '1', 'U', ...Array<string>(16).fill(''), cx(report.encounterIdentifier)];
   const obr = [
@@ -240,7 +221,7 @@ export const buildOru = (report: Report, now: Date = new Date()): string => {
     '',
     observed,
     ...Array<string>(17).fill(''),
-    report.version > 1 ? 'C' : 'F',
+    resultStatus,
   ];
   const segments = [
     [
@@ -273,7 +254,7 @@ export const buildOru = (report: Report, now: Date = new Date()): string => {
         '',
         '',
         '',
-        'F',
+        resultStatus,
       ].join('|'),
     ),
   ];

@@ -2,15 +2,19 @@
  * The answer checks of the form engine (issue 32; docs/interface.md §4.4 $validate "required
  * fields, value types, constraints"): one set of rules for $validate and for the editor, on the
  * server and, field by field, in the browser. Each rule is a named function over an explicit
- * context; the lists below are the order they run in (issue 35 adds minOccurs/maxOccurs,
- * quantity limits and optionExclusive as further rules).
+ * context; the lists below are the order they run in.
  *
  * - Items: `required` where the item is enabled (enablement.ts); no answers on a disabled item;
- *   one answer unless the item repeats.
+ *   one answer unless the item repeats; none on an item of the abstract type `question`;
+ *   questionnaire-minOccurs/maxOccurs on the answers of a question and the instances of a
+ *   repeating group; an answer of a questionnaire-optionExclusive option stands alone (issue 35).
  * - Answers: an object with exactly one value[x] of the item's type (valueString too for
  *   `optionsOrString`), valid syntax; then answerOption / answerValueSet membership by
  *   answerConstraint, maxLength and the core extensions minLength, regex (RE2, budgeted), minValue,
- *   maxValue, maxDecimalPlaces, and the unit of a quantity (questionnaire-unit / unitOption).
+ *   maxValue, maxDecimalPlaces, the unit of a quantity (questionnaire-unit / unitOption /
+ *   unitValueSet), sdc-questionnaire-minQuantity/maxQuantity compared across UCUM units
+ *   (units.ts), and an attachment's mimeType and maxSize (issue 35). Reference and URI syntax
+ *   are the shape rules' (values.ts `syntaxProblem`).
  * - Invariants: `questionnaire-constraint` FHIRPath on each enabled item and on the response.
  *
  * A rule's finding has a `message` for the person at the field and `diagnostics` naming the item
@@ -31,11 +35,20 @@ import { enabledAt, hasAnswers, isEnabled } from './enablement.js';
 import {
   arrayOf,
   EXT_MAX_DECIMAL_PLACES,
+  EXT_MAX_OCCURS,
+  EXT_MAX_QUANTITY,
+  EXT_MAX_SIZE,
   EXT_MAX_VALUE,
+  EXT_MIME_TYPE,
   EXT_MIN_LENGTH,
+  EXT_MIN_OCCURS,
+  EXT_MIN_QUANTITY,
   EXT_MIN_VALUE,
+  EXT_OPTION_EXCLUSIVE,
   EXT_QUESTIONNAIRE_CONSTRAINT,
   EXT_REGEX,
+  EXT_UNIT_VALUE_SET,
+  extensionsOf,
   extensionValue,
   isObject,
   unitOf,
@@ -43,6 +56,7 @@ import {
   unitText,
 } from './extensions.js';
 import { itemsOf, keyAt, type ResponseNode, type Scope } from './tree.js';
+import { compareQuantities } from './units.js';
 import {
   answerKeyOf,
   compareValues,
@@ -120,8 +134,84 @@ export const singleAnswer: NodeRule = (_engine, node) =>
       }
     : undefined;
 
+/** `question` is an abstract item type (R5 item-type): such an item is a heading, never answered. */
+export const abstractQuestion: NodeRule = (_engine, node) =>
+  node.def.type === 'question' && node.answers.length > 0
+    ? {
+        code: 'structure',
+        message: 'This item cannot be answered.',
+        diagnostics: `${node.def.label} is of the abstract type question, which takes no answers`,
+        expression: `${node.path}.answer[0]`,
+      }
+    : undefined;
+
+/** A whole-number extension of an item (minOccurs, maxOccurs…). */
+const countOf = (def: ItemDefinition, url: string): number | undefined => {
+  const value = extensionValue(def.item, url)?.[1];
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : undefined;
+};
+
+/**
+ * questionnaire-minOccurs/maxOccurs on a question's answers; minOccurs applies to an enabled item
+ * the response holds (one it leaves out is `required`'s business).
+ */
+export const occursOfAnswers: NodeRule = (engine, node) => {
+  const count = node.answers.length;
+  const min = countOf(node.def, EXT_MIN_OCCURS);
+  const max = countOf(node.def, EXT_MAX_OCCURS);
+  if (max !== undefined && count > max)
+    return {
+      code: 'structure',
+      message: `Give at most ${max} answer${max === 1 ? '' : 's'}.`,
+      diagnostics: `${node.def.label} has ${count} answers, more than maxOccurs ${max}`,
+      expression: `${node.path}.answer[${max}]`,
+    };
+  if (min !== undefined && count < min && isEnabled(engine, node))
+    return {
+      code: 'structure',
+      message: `Give at least ${min} answers.`,
+      diagnostics: `${node.def.label} has ${count} answer${count === 1 ? '' : 's'}, fewer than minOccurs ${min}`,
+    };
+  return undefined;
+};
+
+/** The answerOption an answer chose (by value), if any. */
+const chosenOption = (def: ItemDefinition, answer: unknown): Record<string, unknown> | undefined => {
+  if (!isObject(answer)) return undefined;
+  const key = valueKeys(answer, 'value')[0];
+  if (key === undefined) return undefined;
+  return optionsOf(def).find((o) => {
+    const own = valueKeys(o, 'value')[0];
+    return own !== undefined && compareValues(key, answer[key], own, o[own]) === 0;
+  });
+};
+
+/** An answer of an option marked questionnaire-optionExclusive cannot be combined with others. */
+export const optionExclusive: NodeRule = (_engine, node) => {
+  if (node.answers.length < 2) return undefined;
+  const index = node.answers.findIndex((answer) => {
+    const option = chosenOption(node.def, answer);
+    return option !== undefined && extensionValue(option, EXT_OPTION_EXCLUSIVE)?.[1] === true;
+  });
+  if (index < 0) return undefined;
+  const answer = node.answers[index] as Record<string, unknown>;
+  const key = valueKeys(answer, 'value')[0]!;
+  return {
+    code: 'business-rule',
+    message: `${describeValue(key, answer[key])} cannot be combined with other answers.`,
+    diagnostics: `${node.def.label}: option ${describeValue(key, answer[key])} is exclusive (questionnaire-optionExclusive) but the item has ${node.answers.length} answers`,
+    expression: `${node.path}.answer[${index}]`,
+  };
+};
+
 /** The rules on each question instance, in order. */
-export const NODE_RULES: readonly NodeRule[] = [answeredWhileDisabled, singleAnswer];
+export const NODE_RULES: readonly NodeRule[] = [
+  answeredWhileDisabled,
+  singleAnswer,
+  abstractQuestion,
+  occursOfAnswers,
+  optionExclusive,
+];
 
 // ---------------------------------------------------------------------------- answer shape
 
@@ -356,6 +446,111 @@ export const quantityUnit: AnswerRule = ({ def, key, value }) => {
       );
 };
 
+/**
+ * A quantity's unit is in the item's questionnaire-unitValueSet (by system and code); when the
+ * ValueSet could not be resolved, a warning that it was not checked.
+ */
+export const unitValueSet: AnswerRule = ({ def, key, value, valueSets }) => {
+  const canonical = extensionValue(def.item, EXT_UNIT_VALUE_SET)?.[1];
+  if (key !== 'valueQuantity' || !isObject(value) || typeof canonical !== 'string') return undefined;
+  const members = valueSets.get(canonical);
+  const unit = String(value.code ?? value.unit ?? '');
+  if (!members)
+    return finding(
+      def,
+      'not-found',
+      'The list of units could not be loaded, so the unit was not checked against it.',
+      `ValueSet ${canonical} (questionnaire-unitValueSet) could not be resolved, so the unit ${JSON.stringify(unit)} was not checked`,
+      true,
+    );
+  const found = members.codes.some(
+    (c) =>
+      c.code === value.code &&
+      (c.system === undefined || value.system === undefined || c.system === value.system),
+  );
+  if (found || (members.open && value.code !== undefined)) return undefined;
+  return finding(
+    def,
+    'code-invalid',
+    'Choose one of the listed units.',
+    `the unit ${JSON.stringify(unit)} is not in ValueSet ${canonical} (questionnaire-unitValueSet)`,
+  );
+};
+
+const quantityBound =
+  (url: string, side: 'min' | 'max'): AnswerRule =>
+  ({ def, key, value }) => {
+    const limit = extensionValue(def.item, url);
+    if (key !== 'valueQuantity' || !limit || !isObject(limit[1])) return undefined;
+    const cmp = compareQuantities(value, limit[1]);
+    const name = side === 'min' ? 'sdc-questionnaire-minQuantity' : 'sdc-questionnaire-maxQuantity';
+    // An answer in a foreign unit is reported once, by the minimum when both limits are foreign.
+    const minimum = side === 'max' ? extensionValue(def.item, EXT_MIN_QUANTITY)?.[1] : undefined;
+    if (cmp === undefined && minimum !== undefined && compareQuantities(value, minimum) === undefined)
+      return undefined;
+    if (cmp === undefined)
+      return finding(
+        def,
+        'value',
+        `This quantity cannot be compared with the ${side === 'min' ? 'minimum' : 'maximum'} ${describeValue('valueQuantity', limit[1])}: use a unit of the same kind.`,
+        `${describeValue(key, value)} cannot be compared with the ${name} ${describeValue('valueQuantity', limit[1])}: their units are not both UCUM units of one dimension`,
+      );
+    if (side === 'min' ? cmp >= 0 : cmp <= 0) return undefined;
+    return finding(
+      def,
+      'value',
+      `The value must be ${side === 'min' ? 'at least' : 'at most'} ${describeValue('valueQuantity', limit[1])}.`,
+      `${describeValue(key, value)} is ${side === 'min' ? 'below' : 'above'} the ${name} ${describeValue('valueQuantity', limit[1])}`,
+    );
+  };
+
+/** Not below sdc-questionnaire-minQuantity, compared across UCUM units (5 mm < 1 cm). */
+export const minQuantity: AnswerRule = quantityBound(EXT_MIN_QUANTITY, 'min');
+/** Not above sdc-questionnaire-maxQuantity, compared across UCUM units. */
+export const maxQuantity: AnswerRule = quantityBound(EXT_MAX_QUANTITY, 'max');
+
+/** The size in bytes of an attachment: its `size` (R5 integer64, a string in JSON), else its base64 data's. */
+const attachmentSize = (attachment: Record<string, unknown>): number | undefined => {
+  const size = attachment.size;
+  if (typeof size === 'number' && Number.isFinite(size)) return size;
+  if (typeof size === 'string' && /^\d+$/.test(size)) return Number(size);
+  if (typeof attachment.data !== 'string') return undefined;
+  const padding = attachment.data.endsWith('==') ? 2 : attachment.data.endsWith('=') ? 1 : 0;
+  return (attachment.data.length / 4) * 3 - padding;
+};
+
+/** An attachment's contentType is one of the item's mimeType extensions (type/subtype, parameters ignored). */
+export const attachmentMimeType: AnswerRule = ({ def, key, value }) => {
+  if (key !== 'valueAttachment' || !isObject(value)) return undefined;
+  const allowed = extensionsOf(def.item, EXT_MIME_TYPE)
+    .map(({ ext }) => ext.valueCode)
+    .filter((v): v is string => typeof v === 'string');
+  if (allowed.length === 0) return undefined;
+  const base = (type: string) => type.split(';')[0]!.trim().toLowerCase();
+  const given = typeof value.contentType === 'string' ? base(value.contentType) : undefined;
+  if (given !== undefined && allowed.some((a) => base(a) === given)) return undefined;
+  return finding(
+    def,
+    'value',
+    `Attach a file of type ${allowed.join(', ')}.`,
+    `the attachment's contentType ${JSON.stringify(value.contentType ?? null)} is not one of the item's mimeType ${allowed.join(', ')}`,
+  );
+};
+
+/** An attachment is no larger than the item's maxSize (bytes). */
+export const attachmentMaxSize: AnswerRule = ({ def, key, value }) => {
+  const max = extensionValue(def.item, EXT_MAX_SIZE)?.[1];
+  if (key !== 'valueAttachment' || !isObject(value) || typeof max !== 'number') return undefined;
+  const size = attachmentSize(value);
+  if (size === undefined || size <= max) return undefined;
+  return finding(
+    def,
+    'too-long',
+    `Attach a file of at most ${max} bytes (this one has ${size}).`,
+    `the attachment has ${size} bytes, more than maxSize ${max}`,
+  );
+};
+
 /** The rules on an answer of the right shape, in order; all run. */
 export const ANSWER_RULES: readonly AnswerRule[] = [
   answerOption,
@@ -367,6 +562,11 @@ export const ANSWER_RULES: readonly AnswerRule[] = [
   maxValue,
   maxDecimalPlaces,
   quantityUnit,
+  unitValueSet,
+  minQuantity,
+  maxQuantity,
+  attachmentMimeType,
+  attachmentMaxSize,
 ];
 
 // -------------------------------------------------------------------------------- running
@@ -455,12 +655,42 @@ export const checkResponse = (
   checkInvariants(engine, undefined);
 };
 
+/**
+ * questionnaire-minOccurs/maxOccurs on the instances of a repeating group in one scope (minOccurs
+ * once the group has an instance: a missing group is `required`'s business).
+ */
+const checkGroupOccurs = (engine: EngineContext, scope: Scope): void => {
+  for (const def of itemsOf(engine.form, scope)) {
+    if (def.type !== 'group') continue;
+    const instances = scope.nodes.filter((n) => n.def === def && isEnabled(engine, n));
+    const min = countOf(def, EXT_MIN_OCCURS);
+    const max = countOf(def, EXT_MAX_OCCURS);
+    const count = instances.length;
+    const problem =
+      max !== undefined && count > max
+        ? { message: `Add at most ${max}.`, detail: `more than maxOccurs ${max}`, at: instances[max]!.path }
+        : min !== undefined && count > 0 && count < min
+          ? { message: `Add at least ${min}.`, detail: `fewer than minOccurs ${min}`, at: scope.path }
+          : undefined;
+    if (problem)
+      report(engine, {
+        code: 'structure',
+        message: problem.message,
+        diagnostics: `group ${def.label} has ${count} instance${count === 1 ? '' : 's'}, ${problem.detail}`,
+        expression: problem.at,
+        linkId: def.linkId,
+        key: keyAt(scope, def),
+      });
+  }
+};
+
 const checkScope = (
   engine: EngineContext,
   valueSets: ReadonlyMap<string, ValueSetMembers>,
   scope: Scope,
 ): void => {
   checkRequired(engine, scope);
+  checkGroupOccurs(engine, scope);
   for (const node of scope.nodes) checkNode(engine, valueSets, node);
 };
 

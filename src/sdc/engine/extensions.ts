@@ -16,6 +16,18 @@ export const EXT_MAX_DECIMAL_PLACES = `${CORE}maxDecimalPlaces`;
 export const EXT_UNIT = `${CORE}questionnaire-unit`;
 /** One unit a quantity item may be answered in (a Coding; several make a choice). */
 export const EXT_UNIT_OPTION = `${CORE}questionnaire-unitOption`;
+/** A ValueSet (valueCanonical) of the units a quantity item may be answered in. */
+export const EXT_UNIT_VALUE_SET = `${CORE}questionnaire-unitValueSet`;
+/** The fewest answers (questions) or instances (groups) a repeating item takes (valueInteger). */
+export const EXT_MIN_OCCURS = `${CORE}questionnaire-minOccurs`;
+/** The most answers (questions) or instances (groups) a repeating item takes (valueInteger). */
+export const EXT_MAX_OCCURS = `${CORE}questionnaire-maxOccurs`;
+/** On an answerOption (valueBoolean): the option cannot be chosen together with others. */
+export const EXT_OPTION_EXCLUSIVE = `${CORE}questionnaire-optionExclusive`;
+/** A MIME type an attachment item accepts (valueCode; several make a list). */
+export const EXT_MIME_TYPE = `${CORE}mimeType`;
+/** The largest attachment an item accepts, in bytes (valueDecimal). */
+export const EXT_MAX_SIZE = `${CORE}maxSize`;
 /** Named FHIRPath results for the expressions of the element and its descendants. */
 export const EXT_VARIABLE = `${CORE}variable`;
 /**
@@ -27,6 +39,10 @@ export const EXT_QUESTIONNAIRE_CONSTRAINT = `${CORE}questionnaire-constraint`;
 export const EXT_ENABLE_WHEN_EXPRESSION = `${SDC}sdc-questionnaire-enableWhenExpression`;
 export const EXT_CALCULATED_EXPRESSION = `${SDC}sdc-questionnaire-calculatedExpression`;
 export const EXT_INITIAL_EXPRESSION = `${SDC}sdc-questionnaire-initialExpression`;
+/** The smallest quantity a quantity item accepts (valueQuantity; compared across UCUM units). */
+export const EXT_MIN_QUANTITY = `${SDC}sdc-questionnaire-minQuantity`;
+/** The largest quantity a quantity item accepts (valueQuantity; compared across UCUM units). */
+export const EXT_MAX_QUANTITY = `${SDC}sdc-questionnaire-maxQuantity`;
 export const EXT_LAUNCH_CONTEXT = `${SDC}sdc-questionnaire-launchContext`;
 export const EXT_ITEM_POPULATION_CONTEXT = `${SDC}sdc-questionnaire-itemPopulationContext`;
 

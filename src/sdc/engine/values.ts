@@ -5,6 +5,7 @@
  */
 import { isFhirDate, isFhirDateTime, isFhirTime } from '../../fhir/dates.js';
 import { isFhirDecimal, isFhirInteger } from '../../fhir/primitives.js';
+import { R5_RESOURCE_TYPES } from '../../fhir/r5-resource-types.js';
 import type { QuestionnaireResponseAnswer } from '../types.js';
 import { isObject } from './extensions.js';
 
@@ -32,6 +33,47 @@ export const answerKeyOf = (type: unknown): string | undefined =>
 // FHIR primitive syntax (R5 datatypes): dates, numbers and times in src/fhir/ (one rule each).
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const MIME = /^[\w.+-]+\/[\w.+-]+(?:\s*;.*)?$/;
+
+const UUID_URN = /^urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const OID_URN = /^urn:oid:[0-2](?:\.(?:0|[1-9]\d*))+$/;
+const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+// R5 Reference.reference, relative form: Type/id, optionally /_history/version (R5 id syntax).
+const RELATIVE_REFERENCE = /^([A-Za-z]+)\/[A-Za-z0-9\-.]{1,64}(?:\/_history\/[A-Za-z0-9\-.]{1,64})?$/;
+
+/**
+ * Why `text` is not a valid FHIR uri (R5 datatypes: no whitespace; `urn:uuid:` takes a lowercase
+ * RFC 4122 UUID, `urn:oid:` an OID); undefined when it is.
+ */
+export const uriProblem = (text: string): string | undefined => {
+  if (text === '' || /\s/.test(text)) return 'must be a URI without whitespace';
+  if (text.startsWith('urn:uuid:') && !UUID_URN.test(text))
+    return 'must be urn:uuid: followed by a lowercase UUID (8-4-4-4-12 hex digits)';
+  if (text.startsWith('urn:oid:') && !OID_URN.test(text)) return 'must be urn:oid: followed by an OID';
+  return undefined;
+};
+
+/**
+ * Why `text` is not a valid literal reference (R5 Reference.reference): `Type/id` with an R5
+ * resource type, an absolute URI (URL, urn:uuid, urn:oid; a URL ending in `Type/id` names an R5
+ * type too) or `#id` of a contained resource.
+ */
+export const referenceProblem = (text: string): string | undefined => {
+  const uri = uriProblem(text);
+  if (uri) return uri;
+  if (text.startsWith('#') || text.startsWith('urn:')) return undefined;
+  if (SCHEME.test(text)) {
+    // An absolute RESTful URL ends in Type/id (or Type/id/_history/v): the type must be R5's.
+    const rest = /\/([A-Z][A-Za-z]+)\/[A-Za-z0-9\-.]{1,64}(?:\/_history\/[A-Za-z0-9\-.]{1,64})?$/.exec(text);
+    return rest && !R5_RESOURCE_TYPES.has(rest[1]!)
+      ? `names ${rest[1]}, which is not an R5 resource type`
+      : undefined;
+  }
+  const relative = RELATIVE_REFERENCE.exec(text);
+  if (!relative) return 'must be Type/id, an absolute URL or #id';
+  return R5_RESOURCE_TYPES.has(relative[1]!)
+    ? undefined
+    : `names ${relative[1]}, which is not an R5 resource type`;
+};
 
 /** The `value[x]` keys of an answer, enableWhen (`answer[x]`) or answerOption. */
 export const valueKeys = (element: Record<string, unknown>, prefix: 'value' | 'answer'): string[] =>
@@ -62,15 +104,13 @@ export const syntaxProblem = (key: string, value: unknown): string | undefined =
     case 'String':
       return typeof value === 'string' && value.trim() !== '' ? undefined : 'must be a non-empty string';
     case 'Uri':
-      return typeof value === 'string' && /^\S+$/.test(value)
-        ? undefined
-        : 'must be a URI without whitespace';
+      return typeof value === 'string' ? uriProblem(value) : 'must be a URI without whitespace';
     case 'Coding':
       if (!isObject(value)) return 'must be a Coding object';
       for (const field of ['system', 'version', 'code', 'display'])
         if (value[field] !== undefined && (typeof value[field] !== 'string' || value[field] === ''))
           return `${field} must be a non-empty string`;
-      if (typeof value.system === 'string' && /\s/.test(value.system)) return 'system must be a URI';
+      if (typeof value.system === 'string' && uriProblem(value.system)) return 'system must be a URI';
       return value.code === undefined && value.display === undefined
         ? 'must have a code or a display'
         : undefined;
@@ -86,6 +126,10 @@ export const syntaxProblem = (key: string, value: unknown): string | undefined =
       if (!isObject(value)) return 'must be a Reference object';
       if (value.reference !== undefined && (typeof value.reference !== 'string' || value.reference === ''))
         return 'reference must be a non-empty string';
+      if (typeof value.reference === 'string') {
+        const problem = referenceProblem(value.reference);
+        if (problem) return `reference ${problem}`;
+      }
       return value.reference === undefined && value.identifier === undefined && value.display === undefined
         ? 'must have a reference, an identifier or a display'
         : undefined;
@@ -98,7 +142,7 @@ export const syntaxProblem = (key: string, value: unknown): string | undefined =
         return 'contentType must be a MIME type';
       if (value.data !== undefined && (typeof value.data !== 'string' || !BASE64.test(value.data)))
         return 'data must be base64';
-      if (value.url !== undefined && (typeof value.url !== 'string' || !/^\S+$/.test(value.url)))
+      if (value.url !== undefined && (typeof value.url !== 'string' || uriProblem(value.url)))
         return 'url must be a URL';
       return value.data === undefined && value.url === undefined ? 'must have data or a url' : undefined;
     default:

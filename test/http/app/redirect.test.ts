@@ -63,7 +63,11 @@ for (const database of testDatabases) {
           'Content-Type': 'application/x-www-form-urlencoded',
           Origin: new URL(app.casebook.config.appUrl).origin,
         },
-        body: new URLSearchParams({ 'q:finding': 'Small nodule', action: 'submit' }).toString(),
+        body: new URLSearchParams({
+          'q:finding': 'Small nodule',
+          action: 'submit',
+          base_version: '1',
+        }).toString(),
       });
       expect(res.status, await res.clone().text()).to.equal(303);
       return new URL(res.headers.get('location')!);

@@ -9,6 +9,12 @@ import {
   OBSERVATION_EXTRACT,
   OBSERVATION_EXTRACT_CATEGORY,
 } from '../../../src/sdc/extract.js';
+import {
+  EXTRACT_ALLOCATE_ID,
+  TEMPLATE_EXTRACT,
+  TEMPLATE_EXTRACT_CONTEXT,
+  TEMPLATE_EXTRACT_VALUE,
+} from '../../../src/sdc/extract-template.js';
 import { GENERAL, MANAGED, seed, startTestApp, type TestApp } from '../../support/app.js';
 import { testDatabases } from '../../support/databases.js';
 import { expectOutcome, type FhirResponse, fhir } from '../../support/fhir.js';
@@ -109,6 +115,83 @@ const responseFor = (questionnaire: string) => ({
     },
     // A url answer can't be an Observation value: reported in `issues`.
     { linkId: 'link', answer: [{ valueUri: 'https://example.org' }] },
+  ],
+});
+
+const templateValue = (expression: string) => ({
+  extension: [{ url: TEMPLATE_EXTRACT_VALUE, valueString: expression }],
+});
+
+/** A template form: a Patient (allocated id) and an Encounter per visit that references it. */
+const templateQuestionnaire = (url: string) => ({
+  resourceType: 'Questionnaire',
+  url,
+  status: 'active',
+  contained: [
+    {
+      resourceType: 'Patient',
+      id: 'patient',
+      identifier: [
+        { system: 'urn:test:mrn', _value: templateValue("item.where(linkId = 'mrn').answer.value") },
+      ],
+      name: [{ _family: templateValue("item.where(linkId = 'family').answer.value") }],
+      _birthDate: templateValue("item.where(linkId = 'dob').answer.value"),
+    },
+    {
+      resourceType: 'Encounter',
+      id: 'encounter',
+      status: 'completed',
+      identifier: [
+        {
+          extension: [
+            { url: TEMPLATE_EXTRACT_CONTEXT, valueString: "item.where(linkId = 'visitId').answer.value" },
+          ],
+          system: 'urn:test:visit',
+          _value: templateValue('$this'),
+        },
+      ],
+      subject: { _reference: templateValue("'Patient/' + %NewPatient") },
+    },
+  ],
+  extension: [
+    { url: EXTRACT_ALLOCATE_ID, valueString: 'NewPatient' },
+    {
+      url: TEMPLATE_EXTRACT,
+      extension: [
+        { url: 'template', valueReference: { reference: '#patient' } },
+        { url: 'fullUrl', valueString: '%NewPatient' },
+      ],
+    },
+  ],
+  item: [
+    { linkId: 'mrn', type: 'string' },
+    { linkId: 'family', type: 'string' },
+    { linkId: 'dob', type: 'date' },
+    {
+      linkId: 'visit',
+      type: 'group',
+      repeats: true,
+      extension: [
+        {
+          url: TEMPLATE_EXTRACT,
+          extension: [{ url: 'template', valueReference: { reference: '#encounter' } }],
+        },
+      ],
+      item: [{ linkId: 'visitId', type: 'string' }],
+    },
+  ],
+});
+
+const templateResponse = (url: string, mrn: string) => ({
+  resourceType: 'QuestionnaireResponse',
+  questionnaire: url,
+  status: 'completed',
+  item: [
+    { linkId: 'mrn', answer: [{ valueString: mrn }] },
+    { linkId: 'family', answer: [{ valueString: 'Lovelace' }] },
+    { linkId: 'dob', answer: [{ valueDate: '1815-12-10' }] },
+    { linkId: 'visit', item: [{ linkId: 'visitId', answer: [{ valueString: `${mrn}-v1` }] }] },
+    { linkId: 'visit', item: [{ linkId: 'visitId', answer: [{ valueString: `${mrn}-v2` }] }] },
   ],
 });
 
@@ -247,6 +330,49 @@ for (const database of testDatabases) {
       const { questionnaire: _q, ...response } = responseFor(unique());
       const issue = expectOutcome(await fhir(app, 'POST', EXTRACT, { body: response }), 422, 'required');
       expect(issue.expression).to.deep.equal(['QuestionnaireResponse.questionnaire']);
+    });
+
+    it('extracts from templates a transaction Bundle that POSTs back to casebook unchanged (200)', async () => {
+      const url = unique();
+      const mrn = `mrn-${Math.random().toString(36).slice(2, 10)}`;
+      const { bundle, issues } = resultOf(
+        await fhir(app, 'POST', EXTRACT, {
+          body: {
+            resourceType: 'Parameters',
+            parameter: [
+              { name: 'questionnaire-response', resource: templateResponse(url, mrn) },
+              { name: 'questionnaire', resource: templateQuestionnaire(url) },
+            ],
+          },
+        }),
+      );
+      expect(issues, JSON.stringify(issues)).to.equal(undefined);
+      expect(bundle.entry.map((e: any) => e.request)).to.deep.equal([
+        { method: 'POST', url: 'Patient' },
+        { method: 'POST', url: 'Encounter' },
+        { method: 'POST', url: 'Encounter' },
+      ]);
+      const patientUrl = bundle.entry[0].fullUrl;
+      expect(bundle.entry[1].resource.subject).to.deep.equal({ reference: patientUrl });
+      const before = await eventCount();
+      const posted = await fhir(app, 'POST', '/', { body: bundle });
+      expect(posted.status, JSON.stringify(posted.body)).to.equal(200);
+      expect(posted.body.type).to.equal('transaction-response');
+      expect(posted.body.entry.map((e: any) => e.response.status)).to.deep.equal([
+        '201 Created',
+        '201 Created',
+        '201 Created',
+      ]);
+      expect(await eventCount()).to.be.greaterThan(before);
+      const patientLocation = posted.body.entry[0].response.location.split('/_history')[0];
+      const encounterLocation = posted.body.entry[1].response.location.split('/_history')[0];
+      const encounter = await fhir(app, 'GET', `/${encounterLocation.replace(/^.*\/(Encounter\/)/, '$1')}`);
+      expect(encounter.status).to.equal(200);
+      expect(encounter.body.subject.reference).to.equal(patientLocation.replace(/^.*\/(Patient\/)/, '$1'));
+      expect(encounter.body.identifier).to.deep.equal([{ system: 'urn:test:visit', value: `${mrn}-v1` }]);
+      const patient = await fhir(app, 'GET', `/${patientLocation.replace(/^.*\/(Patient\/)/, '$1')}`);
+      expect(patient.body.identifier).to.deep.equal([{ system: 'urn:test:mrn', value: mrn }]);
+      expect(patient.body.birthDate).to.equal('1815-12-10');
     });
 
     it('answers 4xx OperationOutcomes for bad input, never 500', async () => {

@@ -96,8 +96,9 @@ const phq2 = (url: string) => ({
       ].map(([code, weight]) => ({
         extension: [{ url: ITEM_WEIGHT, valueDecimal: weight }],
         valueCoding: { system: LOINC, code },
+        // R5 que-11: an item with answerOption marks its initial answer with initialSelected.
+        ...(code === 'LA6570-1' ? { initialSelected: true } : {}),
       })),
-      initial: [{ valueCoding: { system: LOINC, code: 'LA6570-1' } }],
     })),
     {
       linkId: '55758-7',

@@ -203,6 +203,8 @@ const outcomeOf = async (res: Response): Promise<SaveOutcome> => {
  */
 export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void => {
   const taskId = form.dataset.task ?? '';
+  // An amendment's draft lives in the page until it is submitted (src/http/app/editor.ts): no autosave.
+  const autosave = form.dataset.autosave !== 'off';
   // Not the form's action property: the buttons named "action" shadow it.
   const actionUrl = new URL(form.getAttribute('action') ?? '', window.location.href).toString();
   const status = document.getElementById('cb-save-status');
@@ -349,7 +351,7 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
 
   const onChange = () => {
     keepDraft();
-    if (dirty()) {
+    if (dirty() && autosave) {
       form.dataset.autosave = 'pending';
       say('Not saved yet', 'pending');
       schedule();
@@ -361,7 +363,7 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
   form.addEventListener('cb:structure', onChange);
 
   document.addEventListener('visibilitychange', () => {
-    if (document.visibilityState === 'hidden' && dirty()) {
+    if (document.visibilityState === 'hidden' && dirty() && autosave) {
       keepDraft();
       void save(true);
     }
