@@ -294,7 +294,10 @@ for (const database of testDatabases) {
         app,
         sessionBody({ patient: Number(patient.id), deployment_mode: 'standalone' }),
       );
+      // The 401 page first: an editor page unloading after the new handover would save its answers
+      // with the new session's cookie (nothing lost, but no draft left to discard).
       page.once('dialog', (d) => void d.accept());
+      expect((await page.reload())!.status()).to.equal(401);
       await open(page, handoverUrl(app, again.handover_token, launchUrl(app, { task: `Task/${taskId}` })));
       await engineIdle(page);
       const offer = page.getByRole('region', { name: 'Unsaved answers found' });
