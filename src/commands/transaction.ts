@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { DomainError } from '../domain/decider.js';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
 import type { Principal } from '../fhir/access.js';
+import { droppedElements, writeOutcome } from '../fhir/dropped.js';
 import { toFhirResource } from '../fhir/references.js';
 import {
   conditionalUpdateStatus,
@@ -109,6 +110,8 @@ interface EntryResult {
   readonly etag?: string;
   readonly lastModified?: string;
   readonly resource?: Record<string, unknown>;
+  /** What the entry's resource sent that was not stored (issue 35; docs/interface.md §4.3 rule 13). */
+  readonly outcome?: Record<string, unknown>;
 }
 
 /**
@@ -217,13 +220,17 @@ export const transaction = async (
     const resource = entry.resource ? (resolveReferences(entry.resource, resolved) as Content) : undefined;
     // Same rules as the If-Match header: W/"3" or "3", anything else is 400 (not a 412 for NaN).
     const ifMatch = ifMatchOf(entry.request.ifMatch || undefined);
-    const done = (status: string, result: WriteResult): EntryResult => ({
-      status,
-      location: `${def.type}/${result.id}/_history/${result.versionId}`,
-      etag: `W/"${result.versionId}"`,
-      lastModified: result.lastUpdated,
-      resource: toFhirResource(def.type, result.id, result.versionId, result.lastUpdated, result.content),
-    });
+    const done = (status: string, result: WriteResult): EntryResult => {
+      const dropped = droppedElements(def.type, resource, result.content).length > 0;
+      return {
+        status,
+        location: `${def.type}/${result.id}/_history/${result.versionId}`,
+        etag: `W/"${result.versionId}"`,
+        lastModified: result.lastUpdated,
+        resource: toFhirResource(def.type, result.id, result.versionId, result.lastUpdated, result.content),
+        ...(dropped ? { outcome: writeOutcome(def.type, resource, result.content) } : {}),
+      };
+    };
     switch (entry.request.method) {
       case 'POST': {
         if (rawId !== undefined)
@@ -296,6 +303,7 @@ export const transaction = async (
               ...(r.location ? { location: r.location } : {}),
               ...(r.etag ? { etag: r.etag } : {}),
               ...(r.lastModified ? { lastModified: r.lastModified } : {}),
+              ...(r.outcome ? { outcome: r.outcome } : {}),
             },
           })),
         }

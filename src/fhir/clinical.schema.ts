@@ -1,6 +1,7 @@
 /** zod schemas of Patient (docs/interface.md §2.5), Encounter and Practitioner (issue 3). */
 import { z } from 'zod';
 import {
+  anyIdentifierList,
   defined,
   envelope,
   fhirDate,
@@ -11,6 +12,11 @@ import {
   reference,
 } from './common.schema.js';
 
+/**
+ * Patient (docs/interface.md §2.5): identifiers of system and value only, the first name only;
+ * every other R5 element (active, telecom, address, contact, managingOrganization, extensions…)
+ * is stored as sent once the R5 schema accepts it (src/fhir/definitions.ts).
+ */
 export const patientSchema = z
   .object({
     ...envelope('Patient'),
@@ -19,18 +25,21 @@ export const patientSchema = z
     gender: gender.optional(),
     birthDate: fhirDate.optional(),
   })
-  .strip()
+  .passthrough()
   .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));
 
+/**
+ * Practitioner (issue 35): every R5 element is stored; the R5 schema checks them
+ * (src/fhir/definitions.ts). Identifiers are any R5 Identifier.
+ */
 export const practitionerSchema = z
   .object({
     ...envelope('Practitioner'),
-    identifier: identifierList.optional(),
-    name: firstNameOnly.optional(),
+    identifier: anyIdentifierList.optional(),
     gender: gender.optional(),
     birthDate: fhirDate.optional(),
   })
-  .strip()
+  .passthrough()
   .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));
 
 /** FHIR R5 Encounter.status. */
@@ -53,18 +62,19 @@ const requiredEncounterStatus = z
 
 const encounterFields = {
   ...envelope('Encounter'),
-  identifier: identifierList.optional(),
+  identifier: anyIdentifierList.optional(),
   status: requiredEncounterStatus,
   subject: reference('Patient'),
   actualPeriod: z
     .object({ start: fhirDateTime.optional(), end: fhirDateTime.optional() })
-    .strict()
+    .passthrough()
     .optional(),
 };
 
+/** Encounter (issue 35): every R5 element is stored; the R5 schema checks them (src/fhir/definitions.ts). */
 export const encounterCreateSchema = z
   .object(encounterFields)
-  .strip()
+  .passthrough()
   .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));
 
 export const encounterUpdateSchema = z
@@ -73,5 +83,5 @@ export const encounterUpdateSchema = z
     status: encounterStatus.optional(),
     subject: reference('Patient').optional(),
   })
-  .strip()
+  .passthrough()
   .transform(({ resourceType: _r, id: _i, meta: _m, ...content }) => defined(content));

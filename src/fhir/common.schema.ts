@@ -35,10 +35,27 @@ export const identifiers = z
   .max(MAX_IDENTIFIERS, `holds more than ${MAX_IDENTIFIERS} identifiers (docs/interface.md §8)`);
 
 /**
- * A list of identifiers, at most {@link MAX_IDENTIFIERS}. The same `system|value` twice is refused
- * (422 at the repeat): an identifier is held once, and its reservation can be claimed once.
+ * Any FHIR R5 Identifier (issue 35; docs/interface.md §2.6): `use`, `type`, `system` without
+ * `value`, `period`, `assigner`… — its shape is checked by the R5 schema (src/fhir/r5-schema.ts).
+ * Questionnaire, Encounter, Practitioner and Task take these; only Patient keeps {@link identifier}.
  */
-export const identifierList = identifiers.superRefine((list, ctx) => {
+export const anyIdentifier = z
+  .object({ system: z.string().optional(), value: z.string().optional() })
+  .passthrough();
+
+/** Any R5 identifiers of a resource: at most {@link MAX_IDENTIFIERS} (422 beyond). */
+export const anyIdentifiers = z
+  .array(anyIdentifier)
+  .max(MAX_IDENTIFIERS, `holds more than ${MAX_IDENTIFIERS} identifiers (docs/interface.md §8)`);
+
+/**
+ * Refuses the same `system|value` twice in one list (422 at the repeat): an identifier is held
+ * once, and its reservation can be claimed once. Identifiers without both are not compared.
+ */
+const noRepeatedIdentifier = (
+  list: readonly { system?: string | undefined; value?: string | undefined }[],
+  ctx: z.core.$RefinementCtx,
+) => {
   // One pass with a map: linear in the list, whatever a client sends.
   const firstAt = new Map<string, number>();
   list.forEach((entry, index) => {
@@ -54,7 +71,16 @@ export const identifierList = identifiers.superRefine((list, ctx) => {
         message: `repeats identifier[${first}] (${entry.system}|${entry.value})`,
       });
   });
-});
+};
+
+/** Patient identifiers (docs/interface.md §2.5): system and value only, no `system|value` twice. */
+export const identifierList = identifiers.superRefine(noRepeatedIdentifier);
+
+/**
+ * Identifiers of a type whose identifiers are unique in the tenant (Encounter, Practitioner):
+ * any R5 Identifier, no `system|value` twice; those with both are reserved (docs/interface.md §4.3 rule 1).
+ */
+export const anyIdentifierList = anyIdentifiers.superRefine(noRepeatedIdentifier);
 
 /**
  * FHIR `date`: YYYY, YYYY-MM or YYYY-MM-DD, a real calendar date of year 0001–9999

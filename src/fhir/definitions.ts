@@ -118,10 +118,26 @@ const taskShownWith = (task: Content): ReferenceToCheck[] => {
   ];
 };
 
+/**
+ * The parser of a type with a zod schema: the body must pass the FHIR R5 JSON schema of the type
+ * (issue 35: what passes is stored, nothing is dropped in silence; a partial update requires no
+ * element) and casebook's own rules (the zod schema: docs/interface.md §2.5–2.6). Every problem of
+ * both is one issue; where both name an element, casebook's message stands.
+ * @throws {ZodError}
+ */
 const parser =
-  (create: z.ZodType<Content>, update: z.ZodType<Content> = create) =>
-  (body: unknown, mode: 'create' | 'update'): Content =>
-    (mode === 'create' ? create : update).parse(body);
+  (type: ResourceType, create: z.ZodType<Content>, update: z.ZodType<Content> = create, partial = false) =>
+  (body: unknown, mode: 'create' | 'update'): Content => {
+    const r5 = r5SchemaIssues(type, body, { partial: partial && mode === 'update' });
+    const own = (mode === 'create' ? create : update).safeParse(body);
+    const ownPaths = new Set(own.success ? [] : own.error.issues.map((i) => JSON.stringify(i.path)));
+    const issues = [
+      ...(own.success ? [] : own.error.issues),
+      ...r5.filter((i) => !ownPaths.has(JSON.stringify(i.path))),
+    ];
+    if (issues.length > 0) throw new ZodError(issues);
+    return (own as { data: Content }).data;
+  };
 
 /**
  * The references of a clinical resource that casebook follows (docs/interface.md §2.7): its
@@ -214,7 +230,7 @@ const clinicalDefinition = (type: ClinicalType): ResourceDefinition => ({
 export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   Patient: {
     type: 'Patient',
-    parse: parser(patientSchema),
+    parse: parser('Patient', patientSchema, patientSchema, true),
     partialUpdate: true,
     uniqueIdentifiers: true,
     references: () => [],
@@ -223,7 +239,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   },
   Encounter: {
     type: 'Encounter',
-    parse: parser(encounterCreateSchema, encounterUpdateSchema),
+    parse: parser('Encounter', encounterCreateSchema, encounterUpdateSchema, true),
     partialUpdate: true,
     uniqueIdentifiers: true,
     references: refs(['subject', 'Patient']),
@@ -232,7 +248,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   },
   Practitioner: {
     type: 'Practitioner',
-    parse: parser(practitionerSchema),
+    parse: parser('Practitioner', practitionerSchema, practitionerSchema, true),
     partialUpdate: true,
     uniqueIdentifiers: true,
     references: () => [],
@@ -241,7 +257,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   },
   Task: {
     type: 'Task',
-    parse: parser(taskSchema),
+    parse: parser('Task', taskSchema),
     partialUpdate: false,
     uniqueIdentifiers: true,
     references: refs(
@@ -256,7 +272,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   },
   Questionnaire: {
     type: 'Questionnaire',
-    parse: parser(questionnaireSchema),
+    parse: parser('Questionnaire', questionnaireSchema),
     partialUpdate: false,
     uniqueIdentifiers: false,
     references: () => [],
@@ -265,7 +281,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   },
   QuestionnaireResponse: {
     type: 'QuestionnaireResponse',
-    parse: parser(questionnaireResponseSchema),
+    parse: parser('QuestionnaireResponse', questionnaireResponseSchema),
     partialUpdate: false,
     uniqueIdentifiers: false,
     references: refs(['subject', 'Patient'], ['encounter', 'Encounter'], ['author', 'Practitioner']),
@@ -274,7 +290,7 @@ export const DEFINITIONS: Record<ResourceType, ResourceDefinition> = {
   },
   ValueSet: {
     type: 'ValueSet',
-    parse: parser(valueSetSchema),
+    parse: (body) => valueSetSchema.parse(body),
     partialUpdate: false,
     uniqueIdentifiers: false,
     references: () => [],

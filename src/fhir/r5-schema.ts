@@ -96,7 +96,8 @@ export const r5SchemaIssues = (
     if (options.partial && (e.keyword === 'required' || choice)) return [];
     const path = choice ? [choice] : pathOf(e);
     const message = choice ? 'is required' : messageOf(e);
-    const key = JSON.stringify([path, message]);
+    // One issue per element: a wrong type also fails the element's pattern or enum.
+    const key = JSON.stringify(path);
     if (seen.has(key)) return [];
     seen.add(key);
     return [{ code: 'custom', path, message, input: undefined }];

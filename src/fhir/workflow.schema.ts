@@ -1,6 +1,14 @@
 /** zod schemas of Task (docs/interface.md §2.6, §3.2), Questionnaire and QuestionnaireResponse (docs/interface.md §2.6). */
 import { z } from 'zod';
-import { codeableConcept, defined, envelope, fhirDateTime, identifiers, reference } from './common.schema.js';
+import {
+  anyIdentifierList,
+  anyIdentifiers,
+  codeableConcept,
+  defined,
+  envelope,
+  fhirDateTime,
+  reference,
+} from './common.schema.js';
 
 /** docs/interface.md §2.6: the Task statuses casebook works with. */
 export const taskStatus = z.enum(['draft', 'ready', 'in-progress', 'completed', 'failed']);
@@ -13,7 +21,7 @@ const parameter = z
 
 const taskFields = {
   ...envelope('Task'),
-  identifier: identifiers.optional(),
+  identifier: anyIdentifierList.optional(),
   status: taskStatus,
   intent: z.enum([
     'unknown',
@@ -45,7 +53,8 @@ const strip = <T extends { resourceType: unknown; id?: unknown; meta?: unknown }
   ...content
 }: T) => defined(content);
 
-export const taskSchema = z.object(taskFields).strip().transform(strip);
+/** Task (issue 35): every R5 element is stored; the R5 schema checks them (src/fhir/definitions.ts). */
+export const taskSchema = z.object(taskFields).passthrough().transform(strip);
 
 /** Questionnaire items, recursively: linkId and type are required; everything else is kept. */
 const questionnaireItem: z.ZodType<Record<string, unknown>> = z.lazy(() =>
@@ -80,7 +89,7 @@ export const questionnaireSchema = z
     ...envelope('Questionnaire'),
     url: z.string().url().optional(),
     version: z.string().optional(),
-    identifier: identifiers.optional(),
+    identifier: anyIdentifiers.optional(),
     name: z.string().optional(),
     title: z.string().optional(),
     status: z.enum(['draft', 'active', 'retired', 'unknown']),
@@ -115,7 +124,7 @@ const responseItem: z.ZodType<Record<string, unknown>> = z.lazy(() =>
 export const questionnaireResponseSchema = z
   .object({
     ...envelope('QuestionnaireResponse'),
-    identifier: identifiers.optional(),
+    identifier: anyIdentifiers.optional(),
     questionnaire: z.string().min(1, 'questionnaire (a canonical URL) is required'),
     status: z.enum(['in-progress', 'completed', 'amended', 'entered-in-error', 'stopped']),
     subject: reference('Patient').optional(),
@@ -124,7 +133,8 @@ export const questionnaireResponseSchema = z
     authored: fhirDateTime.optional(),
     item: z.array(responseItem).optional(),
   })
-  .strip()
+  // Issue 35: every R5 element is stored; the R5 schema checks them (src/fhir/definitions.ts).
+  .passthrough()
   .transform(strip);
 
 /** A ValueSet's concepts and compose (for ValueSet $expand, issue 4); other elements are kept. */
@@ -135,7 +145,7 @@ export const valueSetSchema = z
     ...envelope('ValueSet'),
     url: z.string().url().optional(),
     version: z.string().optional(),
-    identifier: identifiers.optional(),
+    identifier: anyIdentifiers.optional(),
     name: z.string().optional(),
     title: z.string().optional(),
     status: z.enum(['draft', 'active', 'retired', 'unknown']),

@@ -9,6 +9,7 @@ import { DomainError } from '../domain/decider.js';
 import { isResourceType } from '../domain/fhir/resource.js';
 import type { Principal } from '../fhir/access.js';
 import { definitionOf } from '../fhir/resources.js';
+import { SEARCH_PARAMETERS } from '../fhir/search.js';
 import { FhirQueryError } from '../sdc/fhir-query.js';
 import type { Json } from '../sdc/types.js';
 import { type SearchParams, search } from './fhir.js';
@@ -32,7 +33,7 @@ export const searchForQuery = async (
   parameters: readonly [string, string][],
   maxCount: number,
 ): Promise<{ bundle: Json; rows: ResourceRow[] }> => {
-  if (!isResourceType(type))
+  if (!isResourceType(type) || !Object.hasOwn(SEARCH_PARAMETERS, type))
     throw new FhirQueryError(`casebook holds no ${type} resources to search`, 'not-supported');
   const params: SearchParams = {};
   let count = maxCount;

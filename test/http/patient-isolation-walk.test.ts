@@ -539,6 +539,42 @@ for (const database of testDatabases) {
             },
           },
         ],
+        // Topics are casebook's own definitions, no patient data; Subscriptions are for API
+        // clients with system/Subscription scopes (issue 37): a session gets 403 on every one,
+        // a filter on P2 included.
+        'fhir GET /SubscriptionTopic': [get('fhir', '/SubscriptionTopic', 'shows')],
+        'fhir GET /SubscriptionTopic/:id': [get('fhir', '/SubscriptionTopic/report-status', 'shows')],
+        'fhir POST /Subscription': [
+          send(
+            'POST',
+            'fhir',
+            '/Subscription',
+            {
+              resourceType: 'Subscription',
+              status: 'requested',
+              topic: 'urn:casebook:topic:unknown',
+              filterBy: [{ filterParameter: 'patient', value: `Patient/${p2.patient}` }],
+              channelType: { code: 'rest-hook' },
+              endpoint: 'https://receiver.example/hook',
+              content: 'full-resource',
+            },
+            REFUSED,
+          ),
+        ],
+        'fhir GET /Subscription': [get('fhir', '/Subscription', REFUSED)],
+        'fhir GET /Subscription/:id': [get('fhir', '/Subscription/1', REFUSED)],
+        'fhir PUT /Subscription/:id': [
+          send('PUT', 'fhir', '/Subscription/1', { resourceType: 'Subscription', id: '1' }, REFUSED),
+        ],
+        'fhir DELETE /Subscription/:id': [send('DELETE', 'fhir', '/Subscription/1', {}, REFUSED)],
+        'fhir GET /Subscription/:id/$status': [get('fhir', '/Subscription/1/$status', REFUSED)],
+        'fhir POST /Subscription/:id/$status': [
+          send('POST', 'fhir', '/Subscription/1/$status', { resourceType: 'Parameters' }, REFUSED),
+        ],
+        'fhir GET /Subscription/:id/$events': [get('fhir', '/Subscription/1/$events', REFUSED)],
+        'fhir POST /Subscription/:id/$events': [
+          send('POST', 'fhir', '/Subscription/1/$events', { resourceType: 'Parameters' }, REFUSED),
+        ],
         // Static browser code without data: an unknown name (here P2's Task id) is a 404.
         'app GET /assets/:name': [get('app', `/assets/${p2.task}.js`, REFUSED)],
         'app GET /tasks/:id/forms': [p2.task, p2.draftTask, ...crossingTasks].map((task) =>

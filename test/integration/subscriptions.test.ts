@@ -90,7 +90,7 @@ const eventNumbers = (received: Received[], r: Receiver) =>
 
 for (const database of testDatabases) {
   describe(`FHIR R5 Subscriptions on ${database.name}`, function () {
-    this.timeout(120_000);
+    this.timeout(240_000);
     let app: TestApp;
     let hook: Receiver;
 
@@ -291,7 +291,7 @@ for (const database of testDatabases) {
     });
 
     it('a receiver down while 50 reports are submitted gets all 50, in order, each once by event number, soon after it returns; the status goes error and back to active', async () => {
-      const downMs = Number(process.env.SUBSCRIPTION_TEST_DOWN_MS ?? 6000);
+      const downMs = Number(process.env.SUBSCRIPTION_TEST_DOWN_MS ?? 60_000);
       const patient = await newPatient(app);
       const sub = await subscribe(
         app,

@@ -210,8 +210,8 @@ export type ResourceCommand =
 const statusOf = (content: Content): string | undefined =>
   typeof content.status === 'string' ? content.status : undefined;
 
-/** Canonical JSON (sorted keys) to tell whether an update changes anything. */
-const canonical = (value: unknown): string =>
+/** Canonical JSON (sorted keys) to tell whether an update (or a report's answer) changes anything. */
+export const canonical = (value: unknown): string =>
   JSON.stringify(value, (_key, v) =>
     v && typeof v === 'object' && !Array.isArray(v)
       ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)))

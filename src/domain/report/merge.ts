@@ -3,9 +3,10 @@
  * user's page was based on (`base`), the user's own answers (`mine`) and the newer version stored
  * meanwhile (`theirs`). An item only the user changed takes the user's answers; an item only the
  * other writer changed keeps theirs; an item both changed differently collides and keeps theirs
- * (the user decides). Items are matched by linkId and occurrence (the n-th instance of a repeating
+ * (the user decides); the same change on both sides is no change to report. Items are matched by linkId and occurrence (the n-th instance of a repeating
  * group matches the n-th); answers are compared by value, their nested items merged the same way.
  */
+import { canonical } from '../fhir/resource.js';
 
 /** A QuestionnaireResponse item as far as the merge reads it (FHIR JSON). */
 export interface MergeItem {
@@ -42,13 +43,6 @@ const valuesOf = (item: MergeItem | undefined): readonly MergeAnswer[] =>
   (item?.answer ?? []).map(({ item: _nested, ...value }) => value);
 
 const same = (a: readonly MergeAnswer[], b: readonly MergeAnswer[]): boolean => canonical(a) === canonical(b);
-
-const canonical = (value: unknown): string =>
-  JSON.stringify(value, (_key, v) =>
-    v && typeof v === 'object' && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : 1)))
-      : v,
-  );
 
 /** Items keyed `linkId#n` (n-th occurrence), in first-seen order. */
 const keyed = (items: readonly MergeItem[] | undefined): Map<string, MergeItem> => {
@@ -101,7 +95,7 @@ const mergeItem = (
       source = m;
     }
     changes.push({ path, linkId: shape.linkId, base, mine, theirs, outcome });
-  } else if (!same(theirs, base))
+  } else if (!same(theirs, base) && !same(mine, theirs))
     changes.push({ path, linkId: shape.linkId, base, mine, theirs, outcome: 'theirs' });
   // Nested items under the first answer (a question's child questions) and under the item (groups).
   const children = mergeList(b?.item, m?.item, t?.item, `${path}/`, changes);

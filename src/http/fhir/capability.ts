@@ -14,6 +14,16 @@ const SEARCH_TYPES: Record<string, string> = {
   encounter: 'reference',
 };
 
+/**
+ * What casebook keeps of a resource type where it is not everything the R5 schema accepts
+ * (docs/interface.md §2.5, issue 35); `Prefer: return=OperationOutcome` names what a create lost.
+ */
+const KEPT: Partial<Record<string, string>> = {
+  Patient:
+    'Stored as sent except: identifiers only with system and value; only the first name, and in it prefix, given, family and text (docs/interface.md §2.5). Prefer: return=OperationOutcome names what a create did not store.',
+  ValueSet: 'Stored as sent (url, version, status, compose checked).',
+};
+
 /** The data server's own operations (its router mounts them; issue 14). */
 const FHIR_OPERATIONS = [
   {
@@ -109,12 +119,15 @@ export const capabilityStatement = (baseUrl: string, now: Date) => ({
             })),
             ...(search._include ? { searchInclude: search._include } : {}),
             ...(operationsOf(type).length > 0 ? { operation: operationsOf(type) } : {}),
-            ...(def.partialUpdate
-              ? {
-                  documentation:
+            documentation: [
+              KEPT[type] ??
+                'Every element of FHIR R5 that passes the R5 schema is stored and returned as sent.',
+              ...(def.partialUpdate
+                ? [
                     'PUT by id is a partial update: omitted elements stay unchanged; a given identifier list replaces the old one.',
-                }
-              : {}),
+                  ]
+                : []),
+            ].join(' '),
           };
         }),
         {

@@ -14,6 +14,7 @@ import { DomainError } from '../../domain/decider.js';
 import { isResourceType, type ResourceType } from '../../domain/fhir/resource.js';
 import type { Principal } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
+import { writeOutcome } from '../../fhir/dropped.js';
 import { compartmentOf, resourceIdIn, toFhirResource } from '../../fhir/references.js';
 import { conditionalUpdateStatus, definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
 import { encodeCursor, readAuditEvent, searchAuditEvents } from '../../queries/audit.js';
@@ -392,6 +393,10 @@ export const fhirRouter = (casebook: Casebook): Router => {
     }
     ctx.set('Location', `${base}/${def.type}/${result.id}/_history/${result.versionId}`);
     sendResource(ctx, 201, written(def.type, result), result.versionId, result.lastUpdated);
+    // FHIR R5 http.html#ops `Prefer: return=OperationOutcome` (issue 35): the outcome names every
+    // element sent that was not stored (docs/interface.md §4.3 rule 13).
+    if (/return=OperationOutcome/i.test(ctx.get('Prefer')))
+      ctx.body = writeOutcome(def.type, body, result.content);
   });
 
   router.put('/:type', async (ctx) => {

@@ -267,7 +267,7 @@ const handle = async (ctx: Context, casebook: Casebook, storedId?: string): Prom
     ...(subject ? { subject } : {}),
     context,
     // answerValueSets with the form's rights (src/http/sdc/resolve.ts), like the report editor.
-    resolve: formResolver(casebook, principal, questionnaire),
+    resolve: formResolver(casebook, principal, form),
     query: queryRunner(ctx, casebook.sql, principal, casebook.config.fhirUrl),
     queryBudget: queryBudget(ctx),
     fhirBases: [casebook.config.fhirUrl, casebook.config.sdcUrl],

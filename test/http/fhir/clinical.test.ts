@@ -229,7 +229,7 @@ for (const database of testDatabases) {
         expect((registered.data as { resource: { name: unknown } }).resource.name).to.deep.equal(name);
       });
 
-      it('keeps only the elements of spec §2.5', async () => {
+      it('keeps the R5 elements beyond spec §2.5 (issue 35: active, telecom, address…)', async () => {
         const identifier = mrn();
         const body = await createPatient({
           identifier: [identifier],
@@ -239,7 +239,13 @@ for (const database of testDatabases) {
           gender: 'unknown',
         });
         expect(body).to.deep.equal(
-          fhirResource('Patient', body.id, 1, now(), { identifier: [identifier], gender: 'unknown' }),
+          fhirResource('Patient', body.id, 1, now(), {
+            identifier: [identifier],
+            active: true,
+            telecom: [{ system: 'phone', value: '555' }],
+            address: [{ city: 'Springfield' }],
+            gender: 'unknown',
+          }),
         );
       });
 
@@ -881,7 +887,7 @@ for (const database of testDatabases) {
       });
 
       it('answers 404 for a resource type the server does not implement', async () => {
-        expectIssues(await read('Observation', '1'), 404, [{ code: 'not-supported' }]);
+        expectIssues(await read('Procedure', '1'), 404, [{ code: 'not-supported' }]);
       });
 
       it("answers 404 for another tenant's Patient on every interaction and changes nothing", async () => {
@@ -1099,13 +1105,14 @@ for (const database of testDatabases) {
           422,
           [{ code: 'invalid', expression: ['Encounter.subject.reference'] }],
         );
+        // Issue 35: an Encounter takes any R5 Identifier; one the R5 schema refuses is a 422.
         await refused(
           () =>
             post('Encounter', {
               resourceType: 'Encounter',
               status: 'planned',
               subject,
-              identifier: [{ system: 'urn:test:visit', value: unique('v'), use: 'official' }],
+              identifier: [{ system: 'urn:test:visit', value: unique('v'), use: 3 }],
             }),
           422,
           [{ code: 'invalid', expression: ['Encounter.identifier[0].use'] }],
@@ -1305,7 +1312,7 @@ for (const database of testDatabases) {
           ...body,
         });
 
-      it('creates a Practitioner (201, Location, PractitionerRegistered) with only the first name', async () => {
+      it('creates a Practitioner (201, Location, PractitionerRegistered) with every name (issue 35)', async () => {
         app.advance(SECOND);
         const identifier = { system: 'urn:test:staff', value: unique('dr') };
         const before = await eventCount();
@@ -1318,7 +1325,7 @@ for (const database of testDatabases) {
         expect(res.status, JSON.stringify(res.body)).to.equal(201);
         const content = {
           identifier: [identifier],
-          name: [{ family: 'House', given: ['Gregory'] }],
+          name: [{ family: 'House', given: ['Gregory'], use: 'official' }, { family: 'Other' }],
           gender: 'male',
         };
         expect(res.body).to.deep.equal(fhirResource('Practitioner', res.body.id, 1, now(), content));
@@ -1334,12 +1341,12 @@ for (const database of testDatabases) {
         expect((await read('Practitioner', res.body.id)).body).to.deep.equal(res.body);
       });
 
-      it('refuses identifier extras (422) and answers 409 duplicate with Location', async () => {
+      it('refuses an identifier the R5 schema refuses (422) and answers 409 duplicate with Location', async () => {
         await refused(
           () =>
             post('Practitioner', {
               resourceType: 'Practitioner',
-              identifier: [{ system: 'urn:test:staff', value: unique('dr'), type: { text: 'staff' } }],
+              identifier: [{ system: 'urn:test:staff', value: unique('dr'), type: 'staff' }],
             }),
           422,
           [{ code: 'invalid', expression: ['Practitioner.identifier[0].type'] }],
@@ -1641,12 +1648,21 @@ for (const database of testDatabases) {
           'Questionnaire',
           'QuestionnaireResponse',
           'ValueSet',
+          'Observation',
+          'Condition',
+          'MedicationStatement',
+          'Medication',
+          'AllergyIntolerance',
+          'Immunization',
+          'DocumentReference',
           'AuditEvent',
+          'Subscription',
+          'SubscriptionTopic',
         ]);
         const byType = Object.fromEntries(rest.resource.map((r: any) => [r.type, r]));
         // Issue 13: the operations are discoverable, with their definitions.
         const operations = (type: string) => (byType[type].operation ?? []).map((o: any) => o.name);
-        expect(operations('Questionnaire')).to.deep.equal(['populate']);
+        expect(operations('Questionnaire')).to.deep.equal(['populate', 'assemble']);
         expect(operations('QuestionnaireResponse')).to.deep.equal([
           'validate',
           'generate-narrative',
@@ -1728,6 +1744,8 @@ for (const database of testDatabases) {
           subject: 'reference',
           patient: 'reference',
           encounter: 'reference',
+          status: 'token',
+          authored: 'date',
         });
         expect(byType.QuestionnaireResponse.searchInclude).to.deep.equal([
           'QuestionnaireResponse:subject',
