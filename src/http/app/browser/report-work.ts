@@ -214,6 +214,15 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
   let stored = snapshot(form);
   let submitting = false;
   let leaving = false;
+  /** Set while the form posts a save without script (the page then shows the server's answer). */
+  let nativeSave = false;
+  const postNatively = () => {
+    leaving = true;
+    nativeSave = true;
+    const button = form.querySelector<HTMLButtonElement>('button[name="action"][value="save"]');
+    if (button) form.requestSubmit(button);
+    else form.submit();
+  };
   let timer: number | undefined;
   let inFlight: Promise<SaveOutcome> | undefined;
   let again = false;
@@ -282,16 +291,23 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
     }
   };
 
-  /** Saves now; answers whether the page's answers are stored. */
-  const save = async (keepalive = false): Promise<SaveOutcome | undefined> => {
+  /**
+   * Saves now; answers whether the page's answers are stored. `always` (the Save button) posts even
+   * when the answers are unchanged: the stored response may hold what the page does not show (answers
+   * of disabled items), which the server drops when it saves.
+   */
+  const save = async (keepalive = false, always = false): Promise<SaveOutcome | undefined> => {
     if (timer !== undefined) window.clearTimeout(timer);
     timer = undefined;
-    if (submitting || !dirty()) return undefined;
-    if (inFlight) {
+    if (submitting || (!always && !dirty())) return undefined;
+    if (inFlight && !always) {
       again = true;
       await inFlight;
       return undefined;
     }
+    // The Save button waits for an autosave under way, then posts what the page holds now.
+    while (inFlight) await inFlight;
+    if (submitting) return undefined;
     const sent = snapshot(form);
     const sentBase = baseVersion();
     say('Saving…', 'saving');
@@ -325,10 +341,9 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
             note.appendChild(a);
           }
         }
-        if (url) {
-          leaving = true;
-          window.location.assign(url);
-        }
+        // The form posted without script answers the conflict page with these answers and what
+        // changed, and offers the merge (the GET of conflictUrl cannot show them): post it so.
+        if (url) postNatively();
       } else if (outcome.kind === 'session-ended') sessionEnded();
       else say('Not saved', 'failed');
       return outcome;
@@ -411,6 +426,12 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
     true,
   );
 
+  /** Submits the form with `action` as if its button was pressed. */
+  const submitWith = (action: string) => {
+    const button = form.querySelector<HTMLButtonElement>(`button[name="action"][value="${action}"]`);
+    if (button) form.requestSubmit(button);
+  };
+
   const dialog = document.getElementById('cb-discard') as HTMLDialogElement | null;
   let cancelConfirmed = false;
 
@@ -434,9 +455,10 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
       return;
     }
     if (action === 'save') {
+      if (nativeSave) return;
       // Saved by script: a session that ended keeps the page and its answers (not a 401 page).
       event.preventDefault();
-      void save().then((outcome) => {
+      void save(false, true).then((outcome) => {
         if (outcome === undefined || outcome.kind === 'saved') {
           leaving = true;
           const url = new URL(actionUrl);
@@ -444,8 +466,7 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
           window.location.assign(url.toString());
         } else if (outcome.kind === 'refused') {
           // The server has something to show (e.g. a report that cannot be saved as it is).
-          leaving = true;
-          submitWith('save');
+          postNatively();
         }
       });
       return;
@@ -473,12 +494,6 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
       }, 0);
     }
   });
-
-  /** Submits the form with `action` as if its button was pressed. */
-  const submitWith = (action: string) => {
-    const button = form.querySelector<HTMLButtonElement>(`button[name="action"][value="${action}"]`);
-    if (button) form.requestSubmit(button);
-  };
 
   dialog?.addEventListener('close', () => {
     if (dialog.returnValue === 'discard') {
