@@ -14,13 +14,16 @@ import { testDatabases } from '../../support/databases.js';
 describe('browser bundles of the application host', function () {
   this.timeout(120_000);
 
+  /** A bundle smaller than this lost its code: the read-only view's Print script is a few lines. */
+  const MIN_BYTES: Record<string, number> = { 'report-view': 100 };
+
   it('bundles every browser entry point from the sources, for the browser platform', async () => {
     // platform 'browser': a browser module reaching a `node:` module would fail the build.
     const built = await buildAssets();
     expect([...built.entries.keys()].sort()).to.deep.equal([...BROWSER_ENTRIES].sort());
     for (const [entry, asset] of built.entries) {
       expect(asset.name).to.match(new RegExp(`^${entry}-[A-Z0-9]{8}\\.js$`));
-      expect(asset.body.byteLength).to.be.greaterThan(1000);
+      expect(asset.body.byteLength, entry).to.be.greaterThan(MIN_BYTES[entry] ?? 1000);
       expect(built.byName.get(asset.name)).to.equal(asset);
     }
   });
@@ -58,7 +61,8 @@ describe('browser bundles of the application host', function () {
       expect(built.map(([name]) => name.replace(/-[A-Z0-9]+\.js$/, '')).sort()).to.deep.equal(
         [...BROWSER_ENTRIES].sort(),
       );
-      for (const [, size] of built) expect(size).to.be.greaterThan(1000);
+      for (const [name, size] of built)
+        expect(size, name).to.be.greaterThan(MIN_BYTES[name.replace(/-[A-Z0-9]+\.js$/, '')] ?? 1000);
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
