@@ -28,6 +28,8 @@ export const seedSchema = z
           ehr_managed: z.boolean().default(false),
           allowed_scopes: scopeText.default([]),
           redirect_origins: z.array(z.string()).default([]),
+          /** The identifier system of the tenant's MRNs, shown in the patient banner (issue 32). */
+          mrn_system: z.string().min(1).optional(),
           /** Origins Subscription endpoints may use (issue 37), besides SUBSCRIPTION_ALLOWED_ORIGINS. */
           subscription_origins: z.array(z.string()).optional(),
           clients: z
@@ -204,6 +206,7 @@ export const applySeed = async (casebook: SeedTarget, seed: Seed): Promise<SeedR
         ehrManaged: t.ehr_managed,
         allowedScopes: t.allowed_scopes,
         redirectOrigins: t.redirect_origins,
+        ...(t.mrn_system ? { mrnSystem: t.mrn_system } : {}),
         subscriptionOrigins: t.subscription_origins ?? [],
       },
       { ensure: true },

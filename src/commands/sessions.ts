@@ -63,6 +63,8 @@ export interface TenantInfo {
   readonly ehrManaged: boolean;
   readonly allowedScopes: readonly string[];
   readonly redirectOrigins: readonly string[];
+  /** The identifier system of the tenant's MRNs (the patient banner), if named. */
+  readonly mrnSystem?: string;
 }
 
 /** Loads the tenant from its stream. @throws {DomainError} not_found. */
@@ -84,6 +86,7 @@ const tenantInfo = (state: Tenant, tenantId: number): TenantInfo => {
     ehrManaged: state.ehrManaged,
     allowedScopes: state.allowedScopes,
     redirectOrigins: state.redirectOrigins,
+    ...(state.mrnSystem ? { mrnSystem: state.mrnSystem } : {}),
   };
 };
 

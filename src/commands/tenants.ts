@@ -56,6 +56,7 @@ const tenantSettings = (input: TenantSettings): TenantSettings => ({
   ehrManaged: input.ehrManaged,
   allowedScopes: validateScopes(input.allowedScopes, 'allowed_scopes'),
   redirectOrigins: input.redirectOrigins.map((o) => normaliseOrigin(o, 'redirect_origins')),
+  ...(input.mrnSystem?.trim() ? { mrnSystem: input.mrnSystem.trim() } : {}),
   ...(input.subscriptionOrigins?.length
     ? {
         subscriptionOrigins: input.subscriptionOrigins.map((o) => normaliseOrigin(o, 'subscription_origins')),

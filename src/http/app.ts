@@ -50,6 +50,11 @@ export const createHttpApp = (casebook: Casebook): Koa => {
   const launchPrefix = mountPath(casebook.config.launchUrl);
   // The launcher's pages (issue 6) answer errors as HTML pages too.
   const isApp = (path: string) => under(appPrefix, path) || under(launchPrefix, path);
+  const authPrefix = mountPath(casebook.config.authUrl);
+  const isHandover = (path: string) => path === `${authPrefix}/sessions/$handover`;
+  /** A browser's navigation: `text/html` preferred over JSON by the Accept header. */
+  const prefersHtml = (ctx: Koa.Context) =>
+    ctx.accepts('application/problem+json', 'application/json', 'text/html') === 'text/html';
   // docs/interface.md §4.5: CORS for the web SDK on the data server and form backend: the app origin and
   // CORS_ORIGINS only, with credentials, these methods and headers; preflights answered.
   const corsOrigins = new Set([new URL(casebook.config.appUrl).origin, ...casebook.config.corsOrigins]);
@@ -94,14 +99,18 @@ export const createHttpApp = (casebook: Casebook): Koa => {
       if (outcome?.location) ctx.set('Location', `${casebook.config.fhirUrl}/${outcome.location}`);
       if (outcome) sendOutcome(ctx, outcome.status, outcome.issues);
       else sendOutcome(ctx, 500, [{ severity: 'fatal', code: 'exception', diagnostics: internal }]);
-    } else if (isApp(ctx.path) && ctx.accepts('text/html', 'application/json') !== 'application/json')
+    } else if (
+      (isApp(ctx.path) && ctx.accepts('text/html', 'application/json') !== 'application/json') ||
+      (isHandover(ctx.path) && prefersHtml(ctx))
+    )
       // docs/interface.md §1.3: the editor's own fetches (Accept: application/json) get problem+json.
+      // A clinician's browser reopening a used or expired handover link reads a page, not JSON
+      // (issue 32); API clients (Accept: application/json) keep problem+json (docs/interface.md §4.1).
       sendErrorPage(ctx, problem?.status ?? 500, problem?.detail ?? internal, problem?.code);
     else sendProblem(ctx, problem ?? { status: 500, code: 'InternalError', detail: internal });
   };
 
   // Outermost: the AuditEvent sees the final status, and is in the log before the answer leaves.
-  const authPrefix = mountPath(casebook.config.authUrl);
   app.use(
     auditMiddleware(
       casebook,

@@ -402,7 +402,11 @@ for (const database of testDatabases) {
         });
         await startReport(page, task.id);
         await answer(page, 'findings', 'Not finished');
-        await clickAndNavigate(page, 'button[name=action][value=cancel]');
+        // Unsaved answers: Cancel asks first (issue 32 "Leaving").
+        await page.locator('button[name=action][value=cancel]').click();
+        const dialog = page.getByRole('dialog', { name: 'Discard unsaved changes?' });
+        await dialog.waitFor({ state: 'visible' });
+        await clickAndNavigate(page, '#cb-discard button[value=discard]');
         expect(page.url()).to.equal(`${ehr.origin}/cancelled?case=7`);
         expect(await page.locator('#ehr-cancelled').isVisible()).to.equal(true);
         expect((await fhirGet(`/Task/${task.id}`)).status).not.to.equal('completed');

@@ -53,8 +53,9 @@ const escapeText = (text: string): string =>
     (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!,
   );
 
+/** A page of the fake clinical system (its empty icon keeps the browser from asking for /favicon.ico). */
 export const html = (title: string, body: string): string =>
-  `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escapeText(title)}</title></head><body>${body}</body></html>`;
+  `<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>${escapeText(title)}</title></head><body>${body}</body></html>`;
 
 export const link = (href: string, text: string, id = 'open-report'): string =>
   `<a id="${id}" href="${escapeText(href)}">${escapeText(text)}</a>`;

@@ -11,6 +11,11 @@ export interface TenantSettings {
   /** Origins (`https://host[:port]`) that `next`, `post_submit_redirect` and `post_cancel_redirect` may use. */
   readonly redirectOrigins: readonly string[];
   /**
+   * The identifier system of the tenant's medical record numbers (issue 32: the patient banner
+   * shows the Patient's identifier of this system as the MRN; absent: the first identifier).
+   */
+  readonly mrnSystem?: string;
+  /**
    * Origins Subscription endpoints may use (issue 37; seed `subscription_origins`), besides
    * SUBSCRIPTION_ALLOWED_ORIGINS. Absent in tenants recorded before it.
    */
@@ -38,12 +43,14 @@ const sameSettings = (a: TenantSettings, b: TenantSettings): boolean =>
   a.ehrManaged === b.ehrManaged &&
   JSON.stringify(a.allowedScopes) === JSON.stringify(b.allowedScopes) &&
   JSON.stringify(a.redirectOrigins) === JSON.stringify(b.redirectOrigins) &&
+  a.mrnSystem === b.mrnSystem &&
   JSON.stringify(a.subscriptionOrigins ?? []) === JSON.stringify(b.subscriptionOrigins ?? []);
 
 const settingsOf = (s: TenantSettings): TenantSettings => ({
   ehrManaged: s.ehrManaged,
   allowedScopes: [...s.allowedScopes],
   redirectOrigins: [...s.redirectOrigins],
+  ...(s.mrnSystem ? { mrnSystem: s.mrnSystem } : {}),
   // Only when given: tenants without subscription origins record what they did before issue 37.
   ...(s.subscriptionOrigins?.length ? { subscriptionOrigins: [...s.subscriptionOrigins] } : {}),
 });

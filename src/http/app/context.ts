@@ -7,6 +7,7 @@
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
 import type { CommandContext } from '../../commands/context.js';
+import { readTenant } from '../../commands/sessions.js';
 import { DomainError } from '../../domain/decider.js';
 import { type Principal, targetOf } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
@@ -146,8 +147,61 @@ export const loadTask = async (page: PageContext, rawId: string | undefined): Pr
   return opened;
 };
 
-/** The top bar's context: patient name and birth date. */
-export const patientBanner = (patient: Record<string, unknown> | undefined): string => {
+/** What the patient banner shows of the report open on the page. */
+export interface BannerReport {
+  /** QuestionnaireResponse.status (`in-progress`, `completed`, `amended`, …). */
+  readonly status: string;
+  /** Its meta.versionId, when known. */
+  readonly version?: string;
+}
+
+const REPORT_STATUS: Record<string, string> = {
+  'in-progress': 'In progress',
+  completed: 'Final',
+  amended: 'Amended',
+  'entered-in-error': 'Entered in error',
+  stopped: 'Stopped',
+};
+
+/** Whole years from `birthDate` (YYYY, YYYY-MM or YYYY-MM-DD) to `now` (UTC), or undefined. */
+export const ageOn = (birthDate: string, now: Date): number | undefined => {
+  const match = /^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?/.exec(birthDate);
+  if (!match) return undefined;
+  const [year, month, day] = [Number(match[1]), Number(match[2] ?? 1), Number(match[3] ?? 1)];
+  let age = now.getUTCFullYear() - year;
+  const beforeBirthday =
+    now.getUTCMonth() + 1 < month || (now.getUTCMonth() + 1 === month && now.getUTCDate() < day);
+  if (beforeBirthday) age--;
+  return age >= 0 && age < 200 ? age : undefined;
+};
+
+/** The MRN: the Patient's identifier of `mrnSystem` (the tenant's setting), else its first identifier. */
+export const mrnOf = (
+  patient: Record<string, unknown>,
+  mrnSystem: string | undefined,
+): string | undefined => {
+  const identifiers = (Array.isArray(patient.identifier) ? patient.identifier : []) as {
+    system?: unknown;
+    value?: unknown;
+  }[];
+  const chosen =
+    (mrnSystem
+      ? identifiers.find((i) => i?.system === mrnSystem && typeof i.value === 'string')
+      : undefined) ?? identifiers.find((i) => typeof i?.value === 'string');
+  return typeof chosen?.value === 'string' ? chosen.value : undefined;
+};
+
+/**
+ * The patient banner of every application-host page of a patient (issue 32): name, birth date
+ * with age, sex, MRN ({@link mrnOf}) and the report's status and version. A labelled region
+ * (`<section aria-label="Patient">`), not a header, nav or banner landmark, so it stays in
+ * `embedded` mode, which leaves the application chrome out; sticky at the top (layout.ts).
+ * Empty without a patient.
+ */
+export const patientBanner = (
+  patient: Record<string, unknown> | undefined,
+  options: { readonly now: Date; readonly mrnSystem?: string; readonly report?: BannerReport },
+): string => {
   if (!patient) return '';
   const name = (Array.isArray(patient.name) ? patient.name[0] : undefined) as
     | { text?: string; family?: string; given?: string[] }
@@ -157,16 +211,52 @@ export const patientBanner = (patient: Record<string, unknown> | undefined): str
     [name?.family ? name.family.toUpperCase() : undefined, (name?.given ?? []).join(' ')]
       .filter(Boolean)
       .join(', ');
+  const field = (cls: string, label: string, value: string) =>
+    `<span class="${cls}"><span class="banner-label">${label}</span> ${value}</span>`;
+  const birthDate = typeof patient.birthDate === 'string' ? patient.birthDate : undefined;
+  const age = birthDate ? ageOn(birthDate, options.now) : undefined;
+  const mrn = mrnOf(patient, options.mrnSystem);
+  const report = options.report;
   const parts = [
-    display ? `<span class="patient-name">${escapeHtml(display)}</span>` : '',
-    typeof patient.birthDate === 'string'
-      ? `<span class="patient-dob">born ${escapeHtml(patient.birthDate)}</span>`
+    `<span class="patient-name">${escapeHtml(display || 'Unnamed patient')}</span>`,
+    birthDate
+      ? field(
+          'patient-dob',
+          'Born',
+          `${escapeHtml(birthDate)}${age !== undefined ? ` <span class="patient-age">(${age} y)</span>` : ''}`,
+        )
       : '',
-    typeof patient.gender === 'string'
-      ? `<span class="patient-sex">${escapeHtml(patient.gender)}</span>`
+    typeof patient.gender === 'string' ? field('patient-sex', 'Sex', escapeHtml(patient.gender)) : '',
+    mrn ? field('patient-mrn', 'MRN', escapeHtml(mrn)) : '',
+    report
+      ? field(
+          'report-status',
+          'Report',
+          `${escapeHtml(REPORT_STATUS[report.status] ?? report.status)}${
+            report.version ? `, version ${escapeHtml(report.version)}` : ''
+          }`,
+        )
       : '',
   ].filter(Boolean);
-  return parts.join('<span class="sep" aria-hidden="true">·</span>');
+  return `<section class="patient-banner" aria-label="Patient">${parts.join('')}</section>`;
+};
+
+/**
+ * The patient banner of a page ({@link patientBanner}) with the tenant's MRN system.
+ * @throws {DomainError} not_found when the session's tenant is gone.
+ */
+export const pageBanner = async (
+  page: PageContext,
+  patient: ResourceRow | undefined,
+  report?: BannerReport,
+): Promise<string> => {
+  if (!patient) return '';
+  const { mrnSystem } = await readTenant(page.command.store, page.session.tenantId);
+  return patientBanner(patient.resource, {
+    now: page.command.now,
+    ...(mrnSystem ? { mrnSystem } : {}),
+    ...(report ? { report } : {}),
+  });
 };
 
 /** Sends an HTML page. */

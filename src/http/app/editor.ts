@@ -28,8 +28,8 @@ import {
   carriedInputs,
   loadTask,
   type PageContext,
+  pageBanner,
   pageContext,
-  patientBanner,
   referenceId,
   sendHtml,
   withQuery,
@@ -175,6 +175,52 @@ interface SummaryEntry {
   readonly message: string;
 }
 
+/** The linkIds of the nodes `errors` names (`nodule[1]/size` → `size`), by key. */
+const nodeLinkIds = (errors: ReadonlyMap<string, readonly string[]> | undefined): Map<string, string> =>
+  new Map(
+    [...(errors?.keys() ?? [])].map((key) => [
+      key,
+      key.slice(key.lastIndexOf('/') + 1).replace(/\[\d+\]$/, ''),
+    ]),
+  );
+
+/**
+ * The section list of a long form (issue 32 "Long forms"): one link per top-level group, with
+ * the count of field messages inside it; empty for forms with fewer than two groups. The browser
+ * opens it as a sidebar on wide screens and a menu on phones (src/http/app/browser/long-form.ts).
+ */
+const sectionList = (
+  questionnaire: Questionnaire,
+  errors: ReadonlyMap<string, readonly string[]>,
+  linkIds: ReadonlyMap<string, string>,
+): string => {
+  const groups = (questionnaire.item ?? []).filter(
+    (i) => i?.type === 'group' && typeof i.linkId === 'string',
+  );
+  if (groups.length < 2) return '';
+  const inside = (item: Questionnaire['item'] extends (infer T)[] | undefined ? T : never): Set<string> => {
+    const ids = new Set<string>([item.linkId]);
+    for (const child of item.item ?? []) for (const id of inside(child)) ids.add(id);
+    return ids;
+  };
+  let total = 0;
+  const links = groups
+    .map((group) => {
+      const ids = inside(group);
+      let count = 0;
+      for (const [key, messages] of errors) if (ids.has(linkIds.get(key) ?? '')) count += messages.length;
+      total += count;
+      const anchor = itemAnchor(group.linkId);
+      return `<li><a href="#${anchor}" data-section="${anchor}">${escapeHtml(String(group.text ?? group.linkId))}<span class="section-errors"${
+        count === 0 ? ' hidden' : ''
+      }>${count === 0 ? '' : `${count} ${count === 1 ? 'error' : 'errors'}`}</span></a></li>`;
+    })
+    .join('');
+  return `<nav class="sections" aria-label="Sections"><details><summary>Sections<span class="sections-total"${
+    total === 0 ? ' hidden' : ''
+  }>${total === 0 ? '' : `(${total} ${total === 1 ? 'error' : 'errors'})`}</span></summary><ol>${links}</ol></details></nav>`;
+};
+
 const renderEditor = async (
   ctx: Context,
   casebook: Casebook,
@@ -234,7 +280,7 @@ const renderEditor = async (
       layout({
         title,
         chrome: page.chrome,
-        topBar: patientBanner(patient?.resource),
+        banner: await pageBanner(page, patient, { status: qrStatus, version: String(response.versionId) }),
         body,
         ...(viewAssets ? { scripts: viewAssets } : {}),
       }),
@@ -249,26 +295,40 @@ const renderEditor = async (
     stored: (response.resource as unknown as QuestionnaireResponse).item,
     ...(assets?.worker ? { worker: assets.worker } : {}),
   };
+  const sections = sectionList(questionnaire, view.errors ?? new Map(), nodeLinkIds(view.errors));
+  const banner = await pageBanner(page, patient, { status: qrStatus, version: String(response.versionId) });
+  const authored = typeof response.resource.authored === 'string' ? response.resource.authored : '';
   const amending = view.amendReason !== undefined;
   const body = `<main id="main">${view.banner ?? ''}${notice}${summary}${head}${
     amending
       ? `<p class="notice" role="note">You are amending the signed-off report (version ${baseVersion}). Reason: ${escapeHtml(view.amendReason ?? '')}. Submitting it makes a new version, marked amended.</p>`
       : ''
   }
-<form id="report-form" method="post" action="${escapeHtml(action)}" novalidate${amending ? ' data-autosave="off"' : ''}>
+<section id="cb-draft" class="draft-offer" aria-labelledby="cb-draft-title" hidden><h2 id="cb-draft-title">Unsaved answers found</h2>
+<p data-draft-text>Answers you typed earlier were not saved. They are kept in this browser.</p>
+<div class="buttons"><button type="button" class="primary" data-draft-restore>Restore unsaved answers</button><button type="button" class="secondary" data-draft-discard>Discard</button></div></section>
+<div class="${sections ? 'editor-layout' : ''}">${sections}<div class="editor-main">
+<form id="report-form" method="post" action="${escapeHtml(action)}" data-task="${task.id}"${
+    (page.session.postSubmitRedirect ?? taskRedirectInput(task.resource)) ? ' data-return-submit' : ''
+  }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate${amending ? ' data-autosave="off"' : ''}>
 <input type="hidden" name="cb:tz" value="Z">${carriedInputs(page.carry)}
 <input type="hidden" name="base_version" value="${baseVersion}">${
     amending ? `<input type="hidden" name="amend_reason" value="${escapeHtml(view.amendReason ?? '')}">` : ''
   }
 <div class="card report">${items || '<p class="hint">This form has no questions.</p>'}</div>
 <p id="cb-live" class="visually-hidden" role="status" aria-live="polite"></p>
+<p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <div class="actions" role="group" aria-label="Report actions">
 <button type="submit" name="action" value="cancel" class="secondary" formnovalidate>Cancel</button>
+<p id="cb-save-status" class="save-status" role="status"${authored && !amending ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
 <span class="spacer"></span>${
     amending ? '' : '\n<button type="submit" name="action" value="save" class="secondary">Save draft</button>'
   }
 <button type="submit" name="action" value="submit" class="primary">${amending ? 'Submit amendment' : 'Submit report'}</button>
-</div></form>
+</div></form></div></div>
+<dialog id="cb-discard" aria-labelledby="cb-discard-title"><form method="dialog"><h2 id="cb-discard-title">Discard unsaved changes?</h2>
+<p>Answers changed since the last save will be lost.</p>
+<div class="buttons"><button value="keep" class="secondary" autofocus>Keep editing</button><button value="discard" class="danger">Discard changes</button></div></form></dialog>
 <script type="application/json" id="cb-data">${scriptJson(data)}</script></main>`;
   sendHtml(
     ctx,
@@ -276,8 +336,9 @@ const renderEditor = async (
     layout({
       title,
       chrome: page.chrome,
-      topBar: patientBanner(patient?.resource),
+      banner,
       body,
+      ...(sections && !page.readonly ? { bodyClass: 'has-sections' } : {}),
       ...(assets ? { scripts: assets.scripts } : {}),
     }),
   );
@@ -445,13 +506,21 @@ const taskRedirectInput = (task: Record<string, unknown>): string | undefined =>
   return undefined;
 };
 
-const messagePage = (ctx: Context, page: PageContext, title: string, text: string, extra = '') =>
+const messagePage = (
+  ctx: Context,
+  page: PageContext,
+  title: string,
+  text: string,
+  extra: string,
+  banner: string,
+) =>
   sendHtml(
     ctx,
     200,
     layout({
       title,
       chrome: page.chrome,
+      banner,
       body: `<main id="main"><div class="card outcome"><h1>${escapeHtml(title)}</h1><p>${escapeHtml(text)}</p>${extra}</div></main>`,
     }),
   );
@@ -506,6 +575,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       'Cancelled',
       'Nothing was changed since your last save. You can close this window and return to your clinical system.',
       problem ? `<p class="hint">The return address was not allowed: ${escapeHtml(problem)}</p>` : '',
+      await pageBanner(page, report.patient),
     );
     return;
   }
@@ -766,6 +836,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
     amending ? 'Amendment submitted' : 'Report submitted',
     `The ${amending ? 'amendment' : 'report'} was submitted. You can close this window and return to your clinical system.`,
     problem ? `<p class="hint">The return address was not allowed: ${escapeHtml(problem)}</p>` : '',
+    await pageBanner(page, report.patient),
   );
 };
 

@@ -17,8 +17,8 @@ import {
   carriedInputs,
   loadTask,
   type PageContext,
+  pageBanner,
   pageContext,
-  patientBanner,
   sendHtml,
   withQuery,
 } from './context.js';
@@ -61,7 +61,7 @@ export const formSelection = async (ctx: Context, casebook: Casebook): Promise<v
     layout({
       title: 'Choose a report form',
       chrome: page.chrome,
-      topBar: patientBanner(patient?.resource),
+      banner: await pageBanner(page, patient),
       body: `<main id="main"><div class="card">
 <h1>Choose a report form</h1>
 <p class="hint">${

@@ -13,8 +13,13 @@ export interface LayoutOptions {
   readonly chrome: 'embedded' | 'standalone';
   /** Already-escaped HTML of the page body. */
   readonly body: string;
-  /** Already-escaped HTML for the top bar's right side (user, patient). */
-  readonly topBar?: string;
+  /**
+   * Already-escaped HTML of the patient banner (src/http/app/context.ts patientBanner): shown in
+   * both modes, sticky, below the chrome.
+   */
+  readonly banner?: string;
+  /** Extra class names of `<body>` (the editor's `has-sections` widens the page for its section list). */
+  readonly bodyClass?: string;
   /** URLs of the page's scripts (the bundles of src/http/app/assets.ts): no inline script runs. */
   readonly scripts?: readonly string[];
 }
@@ -111,6 +116,44 @@ button.form-choice:hover { border-color:var(--accent); background:#f3f8fd; }
 .form-version, .form-description { color:var(--muted); font-weight:400; font-size:.9rem; }
 .empty-state { color:var(--muted); padding:1rem 0; }
 .outcome h1 { color:#12324f; }
+html { scroll-padding-top: 4.5rem; scroll-padding-bottom: 6rem; }
+.patient-banner { position:sticky; top:0; z-index:5; display:flex; flex-wrap:wrap; align-items:baseline; gap:.2rem 1.1rem; padding:.5rem 1.2rem; background:#fff; border-bottom:2px solid #12324f; box-shadow:0 1px 3px rgba(18,50,79,.12); font-size:.92rem; }
+.patient-banner .patient-name { font-weight:700; font-size:1rem; }
+.patient-banner .banner-label { color:var(--muted); font-size:.8rem; text-transform:uppercase; letter-spacing:.03em; }
+.patient-banner .report-status { margin-left:auto; }
+body.embedded .patient-banner { padding:.3rem .8rem; gap:.1rem .8rem; font-size:.85rem; }
+body.embedded .patient-banner .patient-name { font-size:.92rem; }
+@media (max-width: 600px) { .patient-banner .report-status { margin-left:0; } html { scroll-padding-top: 6rem; } .actions { flex-wrap:wrap; gap:.4rem; padding:.5rem .8rem; } .actions .save-status { order:-1; flex-basis:100%; min-width:0; } .actions button { padding:.45rem .8rem; } }
+.save-status { margin:0; font-size:.9rem; color:var(--muted); min-width:6rem; }
+.save-status[data-state=failed] { color:var(--error); font-weight:600; }
+.save-problem { background:var(--error-bg); border:1px solid var(--error); color:var(--error); padding:.5rem .8rem; border-radius:6px; margin:0 0 .8rem; font-weight:500; }
+.draft-offer { background:#fff4d6; border:1px solid #f0d78c; border-radius:8px; padding:.7rem 1rem; margin-bottom:1rem; }
+.draft-offer h2 { margin:.1rem 0 .3rem; font-size:1rem; }
+.draft-offer p { margin:0 0 .5rem; }
+.draft-offer .buttons, dialog .buttons { display:flex; gap:.6rem; flex-wrap:wrap; }
+dialog { border:1px solid var(--line); border-radius:8px; padding:1.1rem 1.3rem; max-width:28rem; color:var(--ink); }
+dialog::backdrop { background:rgba(18,50,79,.35); }
+dialog h2 { margin-top:0; }
+button.danger { background:var(--error); color:#fff; }
+.help { color:var(--muted); margin:.1rem 0 .35rem; font-size:.92rem; }
+fieldset.instance > .remove-row, .repeat-row > .remove-row { margin-top:.2rem; padding:.25rem .7rem; font-size:.88rem; }
+.repeat-row { display:flex; gap:.5rem; align-items:center; flex-wrap:wrap; }
+.repeat-row > .remove-row { margin-top:0; }
+nav.sections { margin-bottom:1rem; }
+nav.sections details { background:#fff; border:1px solid var(--line); border-radius:8px; padding:.5rem .8rem; }
+nav.sections summary { cursor:pointer; font-weight:650; color:#12324f; min-height:24px; }
+nav.sections ol { margin:.4rem 0 0; padding-left:1.3rem; }
+nav.sections li { margin:.15rem 0; }
+nav.sections a { display:inline; line-height:24px; }
+nav.sections li { min-height:24px; }
+.section-errors { display:inline-block; margin-left:.4rem; padding:0 .45rem; border-radius:999px; background:var(--error-bg); color:var(--error); font-size:.8rem; font-weight:700; line-height:1.5; }
+.sections-total { color:var(--error); font-weight:600; margin-left:.3rem; }
+@media (min-width: 1100px) {
+  body.has-sections main { max-width:1220px; }
+  .editor-layout { display:grid; grid-template-columns: 15rem minmax(0, 1fr); gap:1.2rem; align-items:start; }
+  nav.sections { position:sticky; top:3.5rem; max-height:calc(100vh - 4.5rem); overflow:auto; }
+}
+@media print { .patient-banner { position:static; } .actions, nav.sections { display:none; } }
 .badge.status-amended { background:#e5f0fb; color:#0b4f8a; }
 .badge.status-entered-in-error, .badge.status-amending { background:var(--error-bg); color:var(--error); }
 .status-line { background:#fff; border:1px solid var(--line); border-left:4px solid var(--ok); border-radius:6px; padding:.5rem .9rem; margin-bottom:1rem; }
@@ -146,9 +189,9 @@ table.changes .empty { color:var(--muted); }
 export const layout = (o: LayoutOptions): string => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="${PAGE_CSP}"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escapeHtml(o.title)} · casebook</title><style>${STYLE}</style></head>
-<body class="${o.chrome}"><a class="skip" href="#main">Skip to content</a>${
+<body class="${o.chrome}${o.bodyClass ? ` ${escapeHtml(o.bodyClass)}` : ''}"><a class="skip" href="#main">Skip to content</a>${
   o.chrome === 'standalone'
-    ? `<header class="topbar" role="banner"><span class="brand">casebook</span><span class="context">${o.topBar ?? ''}</span></header>`
+    ? '<header class="topbar" role="banner"><span class="brand">casebook</span></header>'
     : ''
-}
+}${o.banner ?? ''}
 ${o.body}${(o.scripts ?? []).map((src) => `<script src="${escapeHtml(src)}" defer></script>`).join('')}</body></html>`;

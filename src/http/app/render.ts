@@ -8,7 +8,7 @@
  * wrapper; a unit is a `.unit` element beside its input; a calculated value is the `output` of its
  * wrapper; read-only answers are `.answer-readonly`.
  */
-import { unitOf, unitText } from '../../sdc/engine/extensions.js';
+import { arrayOf, extensionValue, unitOf, unitText } from '../../sdc/engine/extensions.js';
 import { instanceKey } from '../../sdc/engine/tree.js';
 import type {
   QuestionnaireItem,
@@ -26,6 +26,7 @@ import {
   unitValue,
   unitValueOf,
 } from './form-data.js';
+import { itemAnchor } from './item-anchor.js';
 import { escapeHtml } from './layout.js';
 import { humanDateTime } from './report-view.js';
 
@@ -41,14 +42,18 @@ export interface RenderOptions {
   readonly hideEmpty?: boolean;
 }
 
-/**
- * The DOM id of an item's wrapper (the error summary's links): the key with every character
- * other than letters, digits and `-` written as `_<hex>_`, so two keys never share an id.
- */
-export const itemAnchor = (key: string): string =>
-  `item-${key.replace(/[^A-Za-z0-9-]/g, (c) => `_${c.codePointAt(0)!.toString(16)}_`)}`;
+export { itemAnchor };
 
 const attr = (value: string) => escapeHtml(value);
+
+const ITEM_CONTROL = 'http://hl7.org/fhir/uv/sdc/StructureDefinition/sdc-questionnaire-itemControl';
+
+/** A display item marked as its parent's help (SDC itemControl `help`). */
+export const isHelpItem = (item: QuestionnaireItem): boolean => {
+  if (item.type !== 'display') return false;
+  const concept = extensionValue(item, ITEM_CONTROL)?.[1] as { coding?: unknown } | undefined;
+  return arrayOf<{ code?: unknown }>(concept?.coding).some((c) => c?.code === 'help');
+};
 
 /** The response items of one scope, the key prefix, and whether it is an instance of a repeating group. */
 interface Scope {
@@ -66,9 +71,11 @@ export const renderItems = (
   let counter = 0;
   const nextId = () => `f${++counter}`;
 
+  /** Ids of the help texts of the field being rendered (aria-describedby). */
+  let helpIds: readonly string[] = [];
   const errorsOf = (key: string, fieldId: string, describe: readonly string[] = []) => {
     const messages = options.errors.get(key) ?? [];
-    const ids = [...(messages.length > 0 ? [`${fieldId}-err`] : []), ...describe];
+    const ids = [...(messages.length > 0 ? [`${fieldId}-err`] : []), ...describe, ...helpIds];
     return {
       html: messages.map((m) => `<p class="field-error" id="${fieldId}-err">${escapeHtml(m)}</p>`).join(''),
       describedBy:
@@ -203,7 +210,7 @@ export const renderItems = (
             { value: 'false', label: 'No', answer: { valueBoolean: false } },
           ]
         : options.choices.get(item.linkId);
-    const children = renderChildren(item, scope);
+    const children = renderChildren(item, scope, false);
     if (!options.readonly && isCalculated(item))
       return `${renderCalculated(item, key, answers)}${children}</div>`;
     // A Questionnaire `readOnly` item (e.g. populated patient data) is shown, never edited.
@@ -216,6 +223,12 @@ export const renderItems = (
     }
     const id = nextId();
     const name = `q:${attr(item.linkId)}`;
+    // Help texts sit under the label and describe the field (WCAG 1.3.1, 3.3.2).
+    const helps = (item.item ?? []).filter(isHelpItem);
+    helpIds = helps.map((_, i) => `${id}-help${i}`);
+    const helpHtml = helps
+      .map((h, i) => `<p class="help" id="${id}-help${i}">${escapeHtml(String(h.text ?? ''))}</p>`)
+      .join('');
     let control: string;
     if (choices && choices.length > 0) {
       const { html: errorHtml, describedBy } = errorsOf(key, id);
@@ -260,7 +273,7 @@ export const renderItems = (
             i === 0
               ? ''
               : `<label class="visually-hidden" for="${fieldId}">${escapeHtml(item.text ?? item.linkId)} (${i + 1})</label>`
-          }${textInput(item, fieldId, v, describedBy)}</div>`;
+          }${textInput(item, fieldId, v, describedBy)}${removeButton(String(item.text ?? item.linkId))}</div>`;
         })
         .join(
           '',
@@ -272,18 +285,25 @@ export const renderItems = (
       const value = answers[0] ? inputValueOf(item.type, answers[0]) : '';
       control = `<label class="q-label" for="${id}">${labelText(item)}</label>${errorHtml}${textInput(item, id, value, describedBy)}`;
     }
-    return `${wrapperStart(item, key)}${control}${children}</div>`;
+    helpIds = [];
+    if (helpHtml) {
+      const at = control.search(/<\/(?:label|legend)>/);
+      const end = at < 0 ? 0 : control.indexOf('>', at) + 1;
+      control = `${control.slice(0, end)}${helpHtml}${control.slice(end)}`;
+    }
+    return `${wrapperStart(item, key)}${control}${renderChildren(item, scope, true)}</div>`;
   };
 
-  const renderChildren = (item: QuestionnaireItem, scope: Scope): string => {
-    if (!item.item?.length) return '';
+  const renderChildren = (item: QuestionnaireItem, scope: Scope, helpShown: boolean): string => {
+    const shown = (item.item ?? []).filter((c) => !(helpShown && isHelpItem(c)));
+    if (shown.length === 0) return '';
     const own = scope.items.find((r) => r.linkId === item.linkId);
     const inner: Scope = {
       items: own?.answer?.[0]?.item ?? [],
       prefix: `${instanceKey(scope.prefix, item.linkId, 0)}/`,
       instance: scope.instance,
     };
-    return `<div class="children">${item.item.map((c) => renderItem(c, inner)).join('')}</div>`;
+    return `<div class="children">${shown.map((c) => renderItem(c, inner)).join('')}</div>`;
   };
 
   const renderItem = (item: QuestionnaireItem, scope: Scope): string => {
@@ -293,6 +313,10 @@ export const renderItems = (
       return `${wrapperStart(item, key)}<p class="display">${escapeHtml(String(item.text ?? ''))}</p></div>`;
     if (item.type !== 'group') return renderQuestion(item, scope);
     const legend = `<legend>${labelText(item)}</legend>`;
+    const numbered = (k: number, of: number) =>
+      `<legend>${escapeHtml(typeof item.text === 'string' && item.text ? item.text : item.linkId)}<span class="instance-number">${of > 1 ? ` ${k + 1}` : ''}</span>${
+        item.required === true && !options.readonly ? ' <span class="req" title="required">*</span>' : ''
+      }</legend>`;
     const groupErrors = (options.errors.get(key) ?? [])
       .map((m) => `<p class="field-error">${escapeHtml(m)}</p>`)
       .join('');
@@ -308,9 +332,12 @@ export const renderItems = (
             .join('');
           return `<fieldset class="group instance" data-linkid="${attr(item.linkId)}" data-key="${attr(instanceKeyText)}" id="${itemAnchor(instanceKeyText)}"${
             options.enabled.get(instanceKeyText) === false ? ' hidden' : ''
-          }>${legend}${errors}${
+          }>${numbered(k, instances.length)}${errors}${
             options.readonly ? '' : `<input type="hidden" name="n:${attr(item.linkId)}" value="1">`
-          }${(item.item ?? []).map((c) => renderItem(c, inner)).join('')}</fieldset>`;
+          }${(item.item ?? []).map((c) => renderItem(c, inner)).join('')}${removeButton(
+            String(item.text ?? item.linkId),
+            k,
+          )}</fieldset>`;
         })
         .join('');
       return `${wrapperStart(item, key, ' group-repeat')}${groupErrors}<div class="instances">${body}</div>${
@@ -324,6 +351,15 @@ export const renderItems = (
       .map((c) => renderItem(c, inner))
       .join('')}</fieldset>`;
   };
+
+  /**
+   * The Remove button of a repeat instance or answer row (src/http/app/browser/editor.ts names
+   * and shows it; without script it stays hidden, as nothing could remove the row).
+   */
+  const removeButton = (label: string, k = 0): string =>
+    options.readonly
+      ? ''
+      : `<button type="button" class="secondary remove-row" data-label="${attr(label)}" aria-label="${attr(`Remove ${label} ${k + 1}`)}" hidden>Remove</button>`;
 
   const root: Scope = { items: responseItems ?? [], prefix: '', instance: false };
   return (items ?? []).map((item) => renderItem(item, root)).join('');

@@ -15,6 +15,7 @@ import {
 } from '../../commands/sessions.js';
 import { resourceIdIn } from '../../fhir/references.js';
 import { findSession, findSessionByCookie, type SessionRow } from '../../queries/sessions.js';
+import { inFrame, sendFramePage } from '../app/error-page.js';
 import { type AuditNote, auditedWith, auditInline, noteAgent, noteAudit } from '../audit.js';
 import { HttpError } from '../errors.js';
 import { authenticateClient } from './client-auth.js';
@@ -144,6 +145,12 @@ export const sessionsRouter = (casebook: Casebook): Router => {
 
   const handover = async (ctx: Context, params: unknown) => {
     const { token, next } = handoverParams.parse(params);
+    if (inFrame(ctx) && ctx.get('Sec-Fetch-Site') === 'cross-site') {
+      // docs/interface.md §5 rule 5: a frame of another site would drop the SameSite=Strict cookie
+      // and lose the single-use token; the link is offered in a new window instead.
+      sendFramePage(ctx, `${ctx.path}?${new URLSearchParams({ token, next })}`);
+      return;
+    }
     const command = casebook.context({
       tenantId: null,
       actor: { type: 'system', id: 'handover' },

@@ -18,8 +18,11 @@
  * Other browser modules of the editor are imported here and started from {@link start}.
  */
 import type { EditorData } from '../editor-form.js';
+import { itemAnchor } from '../item-anchor.js';
 import { EngineClient } from './engine-client.js';
+import { startLongForm } from './long-form.js';
 import type { EngineResult, Field } from './protocol.js';
+import { startReportWork } from './report-work.js';
 
 /** The `q:`/`n:`/`u:` controls of the form (inputs, selects, text areas). */
 type Control = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
@@ -167,6 +170,9 @@ const liveForm = (form: HTMLFormElement, data: EditorData): (() => void) | undef
         live.textContent = shown.length ? `${labelOf(wrapper)}: ${shown.join(' ')}` : '';
     }
     announce = undefined;
+    // How many checks fail now: a Submit expected to pass leaves a same-site frame for the EHR's page.
+    form.dataset.problems = String(result.problems.length);
+    form.dispatchEvent(new Event('cb:checked'));
   };
 
   // `data-engine` says whether the page shows the engine's answer to its current fields (tests wait for `idle`).
@@ -211,50 +217,95 @@ const liveForm = (form: HTMLFormElement, data: EditorData): (() => void) | undef
   return schedule;
 };
 
-/** "Add another" for repeating questions (`data-add-answer`) and groups (`data-add-group`). */
-const addAnother = (form: HTMLFormElement, changed: () => void): void => {
+/** Gives a copy of an instance or row ids of its own, and keeps labels and descriptions pointing at them. */
+const freshIds = (root: Element, suffix: string): void => {
+  const renamed = new Map<string, string>();
+  for (const el of [root, ...root.querySelectorAll('[id]')]) {
+    if (!el.id) continue;
+    renamed.set(el.id, `${el.id}${suffix}`);
+    el.id = `${el.id}${suffix}`;
+  }
+  for (const label of [root, ...root.querySelectorAll('label[for]')])
+    if (label instanceof HTMLLabelElement && renamed.has(label.htmlFor))
+      label.htmlFor = renamed.get(label.htmlFor)!;
+  for (const ref of [root, ...root.querySelectorAll('[aria-describedby], [aria-labelledby]')])
+    for (const name of ['aria-describedby', 'aria-labelledby']) {
+      const value = ref.getAttribute(name);
+      if (value)
+        ref.setAttribute(
+          name,
+          value
+            .split(/\s+/)
+            .map((id) => renamed.get(id) ?? id)
+            .join(' '),
+        );
+    }
+};
+
+/** Empties a copied instance or row. */
+const emptied = (root: Element): void => {
+  for (const el of root.querySelectorAll('input, textarea, select')) {
+    if (!isControl(el) || (el instanceof HTMLInputElement && el.type === 'hidden')) continue;
+    if (el instanceof HTMLInputElement && (el.type === 'radio' || el.type === 'checkbox')) el.checked = false;
+    else if (el instanceof HTMLSelectElement)
+      el.selectedIndex = el.name.startsWith('u:') ? el.selectedIndex : 0;
+    else el.value = '';
+  }
+  for (const output of root.querySelectorAll('output.calculated-value')) output.textContent = '—';
+  for (const error of root.querySelectorAll('.field-error')) error.remove();
+  for (const invalid of root.querySelectorAll('[aria-invalid]')) invalid.removeAttribute('aria-invalid');
+};
+
+/** The list of instances (groups) or answer rows of a repeating wrapper. */
+const listOf = (wrapper: Element): Element | null =>
+  [...wrapper.querySelectorAll(':scope > .instances, :scope > .repeats, :scope > * > .repeats')][0] ?? null;
+
+/**
+ * Numbers the instances of each repeating group and answer rows ("Nodule 2"), names their Remove
+ * buttons after them and shows those only when there is more than one; wrapper ids follow the keys
+ * (src/http/app/render.ts itemAnchor), so every id on the page stays unique.
+ */
+const renumber = (form: HTMLFormElement): void => {
+  for (const list of form.querySelectorAll<HTMLElement>('.instances, .repeats')) {
+    const rows = [...list.children];
+    rows.forEach((row, i) => {
+      const remove = row.querySelector<HTMLButtonElement>(
+        ':scope > .remove-row, :scope > legend .remove-row, :scope > .instance-head .remove-row',
+      );
+      if (!remove) return;
+      remove.hidden = rows.length < 2;
+      remove.textContent = 'Remove';
+      remove.setAttribute(
+        'aria-label',
+        `Remove ${remove.dataset.label ?? ''} ${i + 1}`.replace(/\s+/g, ' ').trim(),
+      );
+      const number = row.querySelector(':scope > legend .instance-number');
+      if (number) number.textContent = rows.length > 1 ? ` ${i + 1}` : '';
+    });
+  }
+  for (const el of form.querySelectorAll<HTMLElement>('[data-key]')) el.id = itemAnchor(el.dataset.key ?? '');
+};
+
+/** The editor's repeat instances and rows: Add another, Remove, and the same by key for drafts. */
+const repeats = (form: HTMLFormElement, changed: () => void) => {
   let counter = 0;
-  const fresh = (root: Element): void => {
-    for (const el of root.querySelectorAll('input, textarea, select')) {
-      if (!isControl(el) || (el instanceof HTMLInputElement && el.type === 'hidden')) continue;
-      if (el instanceof HTMLInputElement && (el.type === 'radio' || el.type === 'checkbox'))
-        el.checked = false;
-      else if (el instanceof HTMLSelectElement)
-        el.selectedIndex = el.name.startsWith('u:') ? el.selectedIndex : 0;
-      else el.value = '';
-    }
-    for (const output of root.querySelectorAll('output.calculated-value')) output.textContent = '—';
-    for (const el of root.querySelectorAll('[id]')) {
-      const old = el.id;
-      el.id = `${old}-n${++counter}`;
-      for (const label of root.querySelectorAll<HTMLLabelElement>(`label[for="${CSS.escape(old)}"]`))
-        label.htmlFor = el.id;
-      for (const ref of root.querySelectorAll('[aria-describedby], [aria-labelledby]'))
-        for (const name of ['aria-describedby', 'aria-labelledby'])
-          ref.setAttribute(
-            name,
-            (ref.getAttribute(name) ?? '')
-              .split(/\s+/)
-              .map((id) => (id === old ? el.id : id))
-              .join(' '),
-          );
-    }
-    for (const error of root.querySelectorAll('.field-error')) error.remove();
-    for (const invalid of root.querySelectorAll('[aria-invalid]')) invalid.removeAttribute('aria-invalid');
+  const structureChanged = () => {
+    refreshKeys(form);
+    renumber(form);
+    changed();
+    form.dispatchEvent(new Event('cb:structure'));
   };
-  form.addEventListener('click', (event) => {
-    const button = (event.target as Element | null)?.closest<HTMLButtonElement>(
-      'button[data-add-answer], button[data-add-group]',
-    );
-    if (!button) return;
-    event.preventDefault();
-    const wrapper = button.closest('[data-linkid]');
-    const list = wrapper?.querySelector(button.hasAttribute('data-add-answer') ? '.repeats' : '.instances');
+  const add = (wrapper: Element, focus: boolean): boolean => {
+    const list = listOf(wrapper);
     const last = list?.lastElementChild;
-    if (!wrapper || !list || !last) return;
+    if (!list || !last) return false;
     const clone = last.cloneNode(true) as Element;
-    fresh(clone);
-    if (button.hasAttribute('data-add-answer') && !clone.querySelector('label')) {
+    emptied(clone);
+    // Nested repeats of the copy start with one instance.
+    for (const nested of clone.querySelectorAll('.instances, .repeats'))
+      while (nested.children.length > 1) nested.lastElementChild?.remove();
+    freshIds(clone, `-n${++counter}`);
+    if (list.matches('.repeats') && !clone.querySelector('label')) {
       const input = clone.querySelector<HTMLInputElement | HTMLTextAreaElement>('input, textarea');
       if (input) {
         const label = document.createElement('label');
@@ -265,10 +316,51 @@ const addAnother = (form: HTMLFormElement, changed: () => void): void => {
       }
     }
     list.appendChild(clone);
-    refreshKeys(form);
-    changed();
-    clone.querySelector<HTMLElement>('input:not([type=hidden]), textarea, select')?.focus();
+    structureChanged();
+    if (focus) clone.querySelector<HTMLElement>('input:not([type=hidden]), textarea, select')?.focus();
+    return true;
+  };
+  const remove = (row: Element, focus: boolean): boolean => {
+    const list = row.parentElement;
+    if (!list || list.children.length < 2) return false;
+    const rows = [...list.children];
+    const next = rows[rows.indexOf(row) + 1] ?? rows[rows.indexOf(row) - 1];
+    row.remove();
+    structureChanged();
+    if (focus) {
+      const target =
+        next?.querySelector<HTMLElement>('input:not([type=hidden]), textarea, select') ??
+        list.parentElement?.querySelector<HTMLElement>('button.add-answer, button.add-group');
+      target?.focus();
+    }
+    return true;
+  };
+  form.addEventListener('click', (event) => {
+    const button = (event.target as Element | null)?.closest<HTMLButtonElement>(
+      'button[data-add-answer], button[data-add-group], button.remove-row',
+    );
+    if (!button) return;
+    event.preventDefault();
+    if (button.matches('.remove-row')) {
+      const row = button.closest('.instances > *, .repeats > *');
+      if (row) remove(row, true);
+      return;
+    }
+    const wrapper = button.closest('[data-linkid]');
+    if (wrapper) add(wrapper, true);
   });
+  const wrapperOf = (key: string) => form.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  renumber(form);
+  return {
+    add: (key: string) => {
+      const wrapper = wrapperOf(key);
+      return wrapper ? add(wrapper, false) : false;
+    },
+    removeLast: (key: string) => {
+      const last = wrapperOf(key) && listOf(wrapperOf(key)!)?.lastElementChild;
+      return last ? remove(last, false) : false;
+    },
+  };
 };
 
 /** Starts the editor on the page's report form (no-op on other pages). */
@@ -281,7 +373,9 @@ export const start = (): void => {
   if (tz) tz.value = utcOffset();
   refreshKeys(form);
   const schedule = liveForm(form, data);
-  addAnother(form, () => schedule?.());
+  const rows = repeats(form, () => schedule?.());
+  startLongForm(form);
+  startReportWork(form, { ...rows, changed: () => schedule?.() });
   schedule?.();
   form.dataset.live = schedule ? 'on' : 'off';
   document.getElementById('error-summary')?.focus();
