@@ -627,6 +627,9 @@ const expectedRows = (log: Log): Record<string, Row[]> => {
     rm_export_outbox: [],
     // No request was made: nothing audited.
     rm_audit_events: [],
+    // No Subscription in the log (issue 37): none, and no notification.
+    rm_subscriptions: [],
+    rm_subscription_notifications: [],
   };
 };
 
@@ -1075,6 +1078,14 @@ for (const db of testDatabases) {
           Questionnaire: 2,
           QuestionnaireResponse: 1,
           ValueSet: 1,
+          // The clinical types of issue 35: none in this log.
+          Observation: 1,
+          Condition: 1,
+          MedicationStatement: 1,
+          Medication: 1,
+          AllergyIntolerance: 1,
+          Immunization: 1,
+          DocumentReference: 1,
         });
       });
 
