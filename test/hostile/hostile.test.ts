@@ -1220,7 +1220,7 @@ for (const database of testDatabases) {
               linkId: 'group',
               type: 'group',
               repeats: true,
-              item: [{ linkId: 'toLocaleString', type: 'string' }],
+              item: [{ linkId: '__lookupSetter__', type: 'string' }],
             },
           ],
         },
