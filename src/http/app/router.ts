@@ -5,6 +5,7 @@
 import Router from '@koa/router';
 import type { Casebook } from '../../casebook.js';
 import { sameOriginOnly } from '../edge/same-origin.js';
+import { assets } from './assets.js';
 import { ASSETS_PATH, serveAsset } from './assets-route.js';
 import { postReport, showReport } from './editor.js';
 import { chooseForm, formSelection } from './forms.js';
@@ -13,6 +14,9 @@ import { launch } from './launch.js';
 /** Builds the router of the application host (mounted at the path of {app_url}). */
 export const appRouter = (casebook: Casebook): Router => {
   const router = new Router();
+  // Build the browser bundles now, in the background, so the first editor page does not wait for
+  // esbuild; a failed build is logged by the page that needs it (assets-route.ts editorAssets).
+  assets().catch(() => undefined);
   router.use(async (ctx, next) => {
     // Page URLs carry identifiers: no referrer to other sites (same-origin keeps the Origin header
     // of our own form posts, which the CSRF check reads).
