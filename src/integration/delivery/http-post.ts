@@ -8,8 +8,8 @@
 /**
  * Most bytes of a receiver's answer casebook reads: the HTTP status decides, the body is read only
  * so the connection can be reused. A receiver that sends more (gigabytes, or bytes without end
- * until the timeout) is cut off there: its answer was buffered whole before stop 26, and could
- * exhaust the memory of the process.
+ * until the timeout) is cut off there: read whole, such an answer could exhaust the memory of the
+ * process.
  */
 export const MAX_ANSWER_BYTES = 65_536;
 
