@@ -60,6 +60,13 @@ interface Report {
   readonly valueSets: Map<string, ValueSetMembers>;
 }
 
+/** 303 See Other to `url`, never cached (Koa's redirect sets 302 unless a 3xx is already set). */
+const seeOther = (ctx: Context, url: string): void => {
+  ctx.status = 303;
+  ctx.set('Cache-Control', 'no-store');
+  ctx.redirect(url);
+};
+
 const appBase = (casebook: Casebook) => casebook.config.appUrl.replace(/\/+$/, '');
 
 /**
@@ -563,10 +570,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       {},
     );
     if (url) {
-      ctx.status = 303;
-      ctx.set('Cache-Control', 'no-store');
-      ctx.redirect(url);
-      ctx.status = 303;
+      seeOther(ctx, url);
       return;
     }
     messagePage(
@@ -637,10 +641,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       reason,
       author,
     });
-    ctx.status = 303;
-    ctx.set('Cache-Control', 'no-store');
-    ctx.redirect(withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry));
-    ctx.status = 303;
+    seeOther(ctx, withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry));
     return;
   }
 
@@ -808,10 +809,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       ctx.body = { version: String(saved.versionId), savedAt: saved.lastUpdated };
       return;
     }
-    ctx.status = 303;
-    ctx.set('Cache-Control', 'no-store');
-    ctx.redirect(withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry, { saved: '1' }));
-    ctx.status = 303;
+    seeOther(ctx, withQuery(`${appBase(casebook)}/tasks/${task.id}/report`, page.carry, { saved: '1' }));
     return;
   }
   // docs/interface.md §2.1: the session's post_submit_redirect wins over the Task's input; an
@@ -824,10 +822,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
     { response: `QuestionnaireResponse/${response.id}`, task: `Task/${task.id}` },
   );
   if (url) {
-    ctx.status = 303;
-    ctx.set('Cache-Control', 'no-store');
-    ctx.redirect(url);
-    ctx.status = 303;
+    seeOther(ctx, url);
     return;
   }
   messagePage(
