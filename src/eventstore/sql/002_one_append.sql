@@ -126,13 +126,17 @@ BEGIN
            coalesce(locked_revisions[array_position(locked_streams, r.stream)], -1) AS actual
       FROM unnest(request_appends, request_streams, request_expected, request_counts)
            WITH ORDINALITY r(a, stream, expected, count, n)),
+  -- The stored ids, by one index lookup of the array (usually none), then matched to their requests:
+  -- a join of es_events with the events' subscripts could be planned as a scan of the whole log.
+  found AS MATERIALIZED (
+    SELECT e.event_id, e.stream_name, e.revision FROM es_events e WHERE e.event_id = ANY (event_ids)),
   ids AS (
-    SELECT req.n, count(*) AS found, count(DISTINCT f.revision - g.i) AS offsets,
+    SELECT req.n, count(*) AS found, count(DISTINCT f.revision - (u.k - req.first)) AS offsets,
            bool_and(f.stream_name = req.stream) AS same_stream, max(f.revision) AS last_revision,
-           (array_agg(f.event_id::text ORDER BY g.i))[1] AS first_found
-      FROM req
-      JOIN LATERAL generate_series(1, req.count) g(i) ON true
-      JOIN es_events f ON f.event_id = event_ids[req.first + g.i]
+           (array_agg(f.event_id::text ORDER BY u.k))[1] AS first_found
+      FROM found f
+      JOIN unnest(event_ids) WITH ORDINALITY u(id, k) ON u.id = f.event_id
+      JOIN req ON u.k > req.first AND u.k <= req.first + req.count
      GROUP BY req.n),
   judged AS (
     SELECT req.n, req.count, req.actual, ids.last_revision, ids.first_found,
