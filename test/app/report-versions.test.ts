@@ -28,6 +28,9 @@ import {
   unique,
 } from './support.js';
 
+// Browser globals inside page.evaluate callbacks (the tests' tsconfig has no DOM library).
+declare const window: any;
+
 for (const database of testDatabases) {
   describe(`report versions in a real browser on ${database.name}`, function () {
     this.timeout(240_000);
@@ -143,6 +146,15 @@ for (const database of testDatabases) {
       expect(await tabB.getByLabel('Referrer').inputValue()).to.equal('Dr Stale');
       expect(await tabB.getByLabel('Impression').inputValue()).to.equal('No nodule');
       expect(await tabB.getByLabel('Indication').inputValue()).to.equal('Cough');
+      // Merged answers are not stored yet: the page says so and leaving asks.
+      expect(await tabB.locator('#cb-save-status').innerText()).to.equal('Not saved yet');
+      expect(
+        await tabB.evaluate(() => {
+          const leaving = new Event('beforeunload', { cancelable: true });
+          window.dispatchEvent(leaving);
+          return leaving.defaultPrevented;
+        }),
+      ).to.equal(true);
       expect(await axeAtBothSizes(tabB, 'merged')).to.deep.equal([]);
       expect(await stored(responseId)).to.deep.include({ version: '2' });
       await tabB.getByLabel('Study date').fill('2026-11-03');

@@ -169,6 +169,12 @@ interface EditorView {
   readonly banner?: string;
   /** The page edits an amendment of a signed-off report, for this reason (issue 32). */
   readonly amendReason?: string;
+  /**
+   * The page's answers are the user's and are not stored (a refused submit, a conflict, a merge):
+   * the browser counts them as unsaved — "Not saved yet", kept as a draft, asked about on leaving
+   * (issue 32 "Work is never lost").
+   */
+  readonly unsaved?: boolean;
   /** Read-only view: show unanswered items too. */
   readonly showEmpty?: boolean;
   /** A message for the read-only view's amend / entered-in-error form that was sent (a missing reason). */
@@ -317,7 +323,9 @@ const renderEditor = async (
 <div class="${sections ? 'editor-layout' : ''}">${sections}<div class="editor-main">
 <form id="report-form" method="post" action="${escapeHtml(action)}" data-task="${task.id}"${
     (page.session.postSubmitRedirect ?? taskRedirectInput(task.resource)) ? ' data-return-submit' : ''
-  }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate${amending ? ' data-autosave="off"' : ''}>
+  }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate${amending ? ' data-autosave="off"' : ''}${
+    view.unsaved ? ' data-unsaved' : ''
+  }>
 <input type="hidden" name="cb:tz" value="Z">${carriedInputs(page.carry)}
 <input type="hidden" name="base_version" value="${baseVersion}">${
     amending ? `<input type="hidden" name="amend_reason" value="${escapeHtml(view.amendReason ?? '')}">` : ''
@@ -327,7 +335,7 @@ const renderEditor = async (
 <div class="actions" role="group" aria-label="Report actions">
 <p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <button type="submit" name="action" value="cancel" class="secondary" formnovalidate>Cancel</button>
-<p id="cb-save-status" class="save-status" role="status"${authored && !amending ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
+<p id="cb-save-status" class="save-status" role="status"${authored && !amending && !view.unsaved ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
 <span class="spacer"></span>${
     amending ? '' : '\n<button type="submit" name="action" value="save" class="secondary">Save draft</button>'
   }
@@ -698,6 +706,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       {
         ...shownResponse(report, ctx, page, merged.items),
         banner: mergedNotice(report.form, report.choices, merged.changes, response.versionId),
+        unsaved: true,
       },
       200,
     );
@@ -727,6 +736,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
         enabled: evaluated.run.enablementByKey(),
         errors: evaluated.errors,
         summary,
+        unsaved: true,
         ...keep,
       },
       422,
@@ -779,6 +789,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
             mine: true,
             mergeable: !isFinalStatus(current.status),
           }),
+          unsaved: true,
           ...keep,
         },
         409,

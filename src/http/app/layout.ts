@@ -174,7 +174,7 @@ table.changes { border-collapse:collapse; width:100%; margin:.6rem 0; font-size:
 table.changes caption { text-align:left; font-weight:600; padding:.2rem 0; }
 table.changes th, table.changes td { border:1px solid var(--line); padding:.35rem .5rem; text-align:left; vertical-align:top; }
 table.changes .empty { color:var(--muted); }
-@media (max-width: 600px) { .conflict.card { padding:1rem .7rem; } table.changes { font-size:.85rem; } table.changes th, table.changes td { padding:.3rem .3rem; overflow-wrap:anywhere; } }
+@media (max-width: 600px) { .conflict.card { padding:1rem .7rem; } table.changes { table-layout:fixed; font-size:.8rem; } table.changes th, table.changes td { padding:.25rem; overflow-wrap:break-word; } }
 .merged h2 { margin-top:0; font-size:1.05rem; }
 .merged h3 { font-size:.98rem; margin:.6rem 0 .2rem; }
 @media print {
