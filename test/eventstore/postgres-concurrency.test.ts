@@ -12,6 +12,7 @@ import {
   EventIdConflict,
   type NewEvent,
   type RecordedEvent,
+  WrongExpectedVersion,
 } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
@@ -214,6 +215,85 @@ describe('SqlEventStore on postgres under concurrent appends', function () {
       expect((await store.readStream(stream)).map((e) => e.id)).to.deep.equal([event.id]);
       await store.close();
     });
+  });
+});
+
+describe('SqlEventStore on postgres: the one append path under concurrent appends of one stream', () => {
+  const postgres = onPostgres();
+
+  it('lets exactly one of N concurrent appends at one expected revision win, across processes and batches', async () => {
+    const pools = await Promise.all([1, 2, 3].map(() => postgres.db.reopen(3)));
+    const stores = await Promise.all(pools.map((sql) => SqlEventStore.open(sql)));
+    const stream = `attack-${uuid()}`;
+    try {
+      await stores[0]!.append(stream, [newEvent(0, 0, 0)], 'no_stream');
+      for (const expected of [0n, 1n]) {
+        // Eight appends from each of three stores (pools), all sent at once.
+        const answers = await Promise.all(
+          stores.flatMap((store, s) =>
+            Array.from({ length: 8 }, (_, i) =>
+              store.append(stream, [newEvent(s, i, Number(expected))], expected).then(
+                (r) => r.nextRevision,
+                (e: unknown) => e,
+              ),
+            ),
+          ),
+        );
+        const won = answers.filter((a) => a === expected + 1n);
+        expect(won, String(expected)).to.have.length(1);
+        for (const lost of answers.filter((a) => a !== expected + 1n)) {
+          expect(lost).to.be.instanceOf(WrongExpectedVersion);
+          expect((lost as WrongExpectedVersion).actual).to.equal(expected + 1n);
+        }
+      }
+      const events = await stores[0]!.readStream(stream);
+      expect(events.map((e) => e.revision)).to.deep.equal([0n, 1n, 2n]);
+    } finally {
+      await Promise.all(stores.map((store) => store.close()));
+      await Promise.all(pools.map((sql) => sql.close()));
+    }
+  });
+
+  it('answers a request sent again during a concurrent append of the same stream with the stored result', async () => {
+    const [first, second, third] = [
+      await postgres.db.reopen(2),
+      await postgres.db.reopen(2),
+      await postgres.db.reopen(2),
+    ];
+    const [replaying, other] = [await SqlEventStore.open(second), await SqlEventStore.open(third)];
+    const stream = `attack-${uuid()}`;
+    const events = [newEvent(1, 0, 0), newEvent(1, 0, 1)];
+    try {
+      let appended!: () => void;
+      const inserted = new Promise<void>((resolve) => {
+        appended = resolve;
+      });
+      // The original request, committed 0.3 s after it wrote.
+      const original = first.transaction(async (tx) => {
+        const result = await (await SqlEventStore.open(tx)).append(stream, events, 'no_stream');
+        appended();
+        await tx.query('SELECT pg_sleep(0.3)');
+        return result;
+      });
+      await inserted;
+      // While it is open: the same request again, and another writer of the stream.
+      const another = newEvent(2, 0, 0);
+      const [replay, concurrent] = await Promise.all([
+        replaying.append(stream, events, 'no_stream'),
+        other.append(stream, [another], 'any'),
+      ]);
+      const stored = await original;
+      expect(replay).to.deep.equal(stored);
+      expect(concurrent.nextRevision).to.equal(2n);
+      // Whichever of the two came first: nothing written twice.
+      expect((await other.readStream(stream)).map((e) => e.id)).to.deep.equal([
+        ...events.map((e) => e.id),
+        another.id,
+      ]);
+    } finally {
+      await Promise.all([replaying.close(), other.close()]);
+      await Promise.all([first.close(), second.close(), third.close()]);
+    }
   });
 });
 

@@ -166,7 +166,7 @@ BEGIN
        ORDER BY r.n LIMIT 1) f ON true;
 
   -- The streams made for appends refused after all are removed again (nothing of them is kept).
-  IF cardinality(made) > 0 THEN
+  IF cardinality(made) > 0 AND NOT ('ok' = ALL (status)) THEN
     DELETE FROM es_streams s
      USING unnest(request_appends, request_streams) r(a, stream)
      WHERE status[r.a] <> 'ok' AND r.stream = ANY (made) AND s.stream_name = r.stream;
