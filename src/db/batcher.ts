@@ -35,12 +35,15 @@ export class Batcher<I, O> {
    * @param maxBatch most items per send.
    * @param weigh an item's weight (an append: the bytes it adds to the statement); a batch stops
    *   before the item that would take it past `maxWeight`, and an item heavier than that goes alone.
+   * @param joins whether `item` may travel with the items of `batch` (false: the batch is sent
+   *   without it, and it starts the next): the event store never batches two appends of one stream.
    */
   constructor(
     private readonly send: (items: readonly I[]) => Promise<readonly O[]>,
     private readonly maxBatch = MAX_BATCH,
     private readonly weigh: (item: I) => number = () => 0,
     private readonly maxWeight = MAX_WEIGHT,
+    private readonly joins: (batch: readonly I[], item: I) => boolean = () => true,
   ) {}
 
   /**
@@ -62,8 +65,16 @@ export class Batcher<I, O> {
         let count = 1;
         let weight = this.weigh(this.waiting[0]!.item);
         while (count < Math.min(this.maxBatch, this.waiting.length)) {
-          weight += this.weigh(this.waiting[count]!.item);
+          const next = this.waiting[count]!.item;
+          weight += this.weigh(next);
           if (weight > this.maxWeight) break;
+          if (
+            !this.joins(
+              this.waiting.slice(0, count).map((w) => w.item),
+              next,
+            )
+          )
+            break;
           count++;
         }
         const batch = this.waiting.splice(0, count);

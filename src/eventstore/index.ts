@@ -6,6 +6,7 @@ import type { EventStore } from './port.js';
 import { SqlEventStore } from './sql-event-store.js';
 
 export * from './port.js';
+export * from './sql-capability.js';
 export { EVENTS_CHANNEL, SqlEventStore } from './sql-event-store.js';
 
 /**

@@ -4,8 +4,6 @@
  * implement it (postgres, pglite, kurrentdb) and one contract suite (test/eventstore) checks them.
  */
 
-import type { Sql } from '../db/sql.js';
-
 /**
  * A position in `$all`. Opaque and comparable: compare with {@link comparePositions}, never do
  * arithmetic on it. On the SQL adapters `commit` is the appending transaction's xid8 and `prepare`
@@ -209,104 +207,7 @@ export interface EventStore {
   headPosition(): Promise<Position | undefined>;
   /** Releases connections. */
   close(): Promise<void>;
-  /**
-   * Appends in a SQL transaction that casebook's code may join (the SQL adapters); undefined on a
-   * store that has none (KurrentDB: projections follow the log there).
-   */
-  readonly transactional?: TransactionalAppends;
-}
-
-/**
- * What a store whose appends are SQL transactions offers the projection runner (docs/architecture.md
- * "Projections"): code that runs inside every append, and the lock that keeps appends out while
- * a projection catches up to the head.
- */
-export interface TransactionalAppends {
-  /** Installs the code every append runs in its transaction (the inline projections). */
-  setAppendHook(hook: AppendHook | undefined): void;
-  /**
-   * Takes, inside the transaction `tx`, the lock every append holds shared: until `tx` ends no
-   * append can commit, so `$all` read in it is complete to its end.
-   */
-  lockAppends(tx: Sql): Promise<void>;
-  /**
-   * Reads `$all` on `tx` (a transaction). `committedOnly` false drops the filter that hides
-   * events still being committed: only while holding {@link lockAppends}.
-   */
-  readAllIn(tx: Sql, options: ReadAllOptions, committedOnly: boolean): Promise<RecordedEvent[]>;
-}
-
-/**
- * Thrown by an {@link AppendHook} that cannot apply the events and asks the store to run the append
- * again with `key` in `failures` (the hook then records the failure instead, e.g. stops one
- * projection). The store retries once per key; a key failing twice is rethrown.
- */
-export class AppendHookFailure extends Error {
-  override readonly name = 'AppendHookFailure';
-  constructor(
-    readonly key: string,
-    readonly detail: unknown,
-    override readonly cause?: unknown,
-  ) {
-    super(`append hook failed on ${key}`);
-  }
-}
-
-/**
- * Code that runs inside every append's transaction on the SQL stores, after the events are written
- * (casebook's inline projections, docs/architecture.md "Projections").
- */
-export interface AppendHook {
-  /**
-   * Whether the hook has anything to do for events of these types. When not, an append outside a
-   * caller's transaction is one autocommit statement (no BEGIN/COMMIT round trips).
-   */
-  needed(types: ReadonlySet<string>): boolean;
-  /** The projections this process maintains: an append is refused while another is live. */
-  readonly known: readonly string[];
-  /** The error an append refused because projection `name` is live but not {@link known} throws. */
-  unknownProjection(name: string): Error;
-  /**
-   * @param events the events this append wrote, in `$all` order (none for a replayed append).
-   * @param projections the status of every projection in `projection_state`, read under the append lock.
-   * @param failures keys of earlier attempts' {@link AppendHookFailure}s, with their detail.
-   * @throws anything to roll the append back; {@link AppendHookFailure} to ask for a retry.
-   */
-  apply(
-    tx: Sql,
-    events: readonly RecordedEvent[],
-    projections: ReadonlyMap<string, string>,
-    failures: ReadonlyMap<string, unknown>,
-  ): Promise<void>;
-  /**
-   * The hook's work for events about to be appended, as server-side calls the append runs in its
-   * own statement, after the events and under the append lock (docs/architecture.md "The write
-   * pipeline"): one round trip instead of BEGIN, the append, the hook's statements and COMMIT.
-   * Undefined when the hook cannot say it that way (a projection the events need has no such
-   * function): the append then runs in a transaction with {@link apply}. The append also falls
-   * back to that path when a call's projection is not live or a call fails, so {@link apply}
-   * keeps deciding what building, stopped and failing projections mean.
-   * @param events the events as they will be stored, but without positions (not known yet).
-   */
-  calls?(events: readonly PendingEvent[]): readonly InlineCall[] | undefined;
-  /**
-   * Told after an append that ran {@link calls} committed (what {@link apply} tells at its end).
-   * @param calls the calls it ran.
-   */
-  called?(calls: readonly InlineCall[]): void;
 }
 
 /** An event of an append not yet made: as it will be recorded, without its position. */
 export type PendingEvent = Omit<RecordedEvent, 'position'>;
-
-/**
- * A projection's batch as a call of one of its SQL functions (`function(argument::json)`), which
- * the append runs when `projection` is live (its `projection_state` status).
- */
-export interface InlineCall {
-  readonly projection: string;
-  /** A function of one json argument in the store's schema, created by the projection. */
-  readonly function: string;
-  /** JSON text. */
-  readonly argument: string;
-}

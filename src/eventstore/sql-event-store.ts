@@ -13,22 +13,20 @@
  * until it is done, so a subscriber that resumes from the last position it saw can never skip an
  * event (sequence numbers alone are handed out before commit and would allow that).
  *
- * An append is one round trip: the plpgsql function `es_append` locks the streams in name order,
- * checks idempotency and expected states, inserts the events and reports the state of every
- * projection. The {@link AppendHook} (casebook's inline projections) then runs in the same
- * transaction, so the read models commit together with the events. When the hook can say its
- * work as calls of SQL functions, the append and those calls are one autocommit statement
- * (`es_append_inline`), and such appends made concurrently share statements and commits
- * ({@link Batcher}, `es_append_batch`). An append to a new stream that no inline projection
- * needs is one plain statement instead (APPEND_NEW_STREAM). docs/architecture.md "Event store".
+ * One append path (issue 34; docs/architecture.md "Event store"): every append is a call of the
+ * SQL function `es_append` (src/eventstore/sql/002_one_append.sql) by {@link sendAppends}, its one
+ * caller. Concurrent appends of this process share calls (group commit, {@link Batcher}); each
+ * gets its own answer in the reply — written, a replay, a wrong expected version, an id conflict,
+ * an unknown live projection — never an error to retry on. The inline read models' work goes in
+ * the same call as SQL function calls ({@link InlineCall}); when the projection hook cannot say it
+ * so, or a call's projection is not live, or a call fails, the append is the same call without
+ * calls, in a transaction with the hook ({@link AppendHook.apply}), which decides what that means.
  */
 import { Subject, type Subscription } from 'rxjs';
 import { Batcher } from '../db/batcher.js';
 import { migrate, readMigrations } from '../db/migrations.js';
 import type { Sql } from '../db/sql.js';
 import {
-  type AppendHook,
-  AppendHookFailure,
   type AppendManyResult,
   type AppendOptions,
   type AppendRequest,
@@ -38,7 +36,6 @@ import {
   type EventMetadata,
   type EventStore,
   type ExpectedState,
-  type InlineCall,
   type NewEvent,
   type PendingEvent,
   type Position,
@@ -46,10 +43,16 @@ import {
   type ReadStreamOptions,
   type RecordedEvent,
   type SubscribeOptions,
-  type TransactionalAppends,
   UnstorableEvent,
   WrongExpectedVersion,
 } from './port.js';
+import {
+  type AppendHook,
+  AppendHookFailure,
+  type InlineCall,
+  type TransactionalAppends,
+  type TransactionalEventStore,
+} from './sql-capability.js';
 
 /** NOTIFY channel on which appends announce themselves (payload empty). */
 export const EVENTS_CHANNEL = 'casebook_events';
@@ -64,41 +67,14 @@ export const APPEND_LOCK_KEY = `hashtext('casebook-append:' || current_schema())
 /** The event store's schema, version by version (src/db/migrations.ts). */
 const EVENT_STORE_MIGRATIONS = readMigrations(new URL('./sql/', import.meta.url));
 
-/**
- * The append of events to a new stream, when no inline projection has work to do (the audit
- * trail's batches), as one plain statement instead of `es_append`: it takes the same shared append
- * lock, refuses to write (no row back) when a live projection is unknown to the appending process,
- * and creates the stream at its last revision. When the stream or an event id exists already, a
- * unique violation rolls it all back and `es_append` answers instead (a wrong expected version, a
- * replay, an id conflict). About half of `es_append`'s cost in PostgreSQL and in the appending
- * process (docs/performance.md "Appends: group commit, set-based, parallel arrays").
- * $1 stream, $2 events [{id, type, metadata}] (jsonb), $3 their data (json array), $4 known
- * projections (NULL: no check).
- */
-const APPEND_NEW_STREAM = `WITH guard AS (
-    SELECT pg_advisory_xact_lock_shared(${APPEND_LOCK_KEY}) IS NOT NULL AS locked,
-           ($4::text[] IS NULL OR NOT EXISTS (SELECT 1 FROM projection_state p
-             WHERE p.status = 'live' AND NOT (p.name = ANY ($4::text[])))) AS ok),
-  stream AS (
-    INSERT INTO es_streams (stream_name, revision)
-    SELECT $1, jsonb_array_length($2::jsonb) - 1 FROM guard WHERE guard.ok),
-  inserted AS (
-    INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
-    SELECT (x.value->>'id')::uuid, $1, x.n - 1, x.value->>'type', d.value, x.value->'metadata'
-      FROM guard, jsonb_array_elements($2::jsonb) WITH ORDINALITY AS x(value, n)
-      JOIN json_array_elements($3::json) WITH ORDINALITY AS d(value, n) ON d.n = x.n
-     WHERE guard.ok
-    RETURNING revision, transaction_id, position)
-  SELECT i.revision::text AS revision_text, i.transaction_id::text AS commit_text,
-         i.position::text AS position_text
-    FROM inserted i ORDER BY i.revision`;
+/** The one append statement (src/eventstore/sql/002_one_append.sql describes its parameters). */
+const ES_APPEND = `SELECT es_append($1::integer[], $2::text[], $3::bigint[], $4::integer[], $5::uuid[],
+  $6::text[], $7::jsonb, $8::json, $9::text[], $10::integer[], $11::text[], $12::text[], $13::json) AS reply`;
 
 /** Position reported for an append that wrote nothing to a stream that has no events. */
 const START: Position = { commit: 0n, prepare: 0n };
 const DEFAULT_MAX_COUNT = 1000;
 const SUBSCRIPTION_PAGE = 500;
-/** Attempts of an append that collided with a concurrent append of the same event id. */
-const UNIQUE_VIOLATION_ATTEMPTS = 3;
 /** Coalescing delay of the NOTIFY that wakes other processes' subscriptions, milliseconds. */
 const NOTIFY_DELAY_MS = 5;
 /** A JSON \u0000 escape: "\u0000" preceded by an even number of backslashes (none included). */
@@ -126,7 +102,6 @@ interface StreamOutcome {
   readonly streamName: string;
   readonly nextRevision: bigint;
   readonly position: Position;
-  readonly written: boolean;
 }
 
 interface AppendOutcome {
@@ -134,16 +109,42 @@ interface AppendOutcome {
   readonly recorded: RecordedEvent[];
 }
 
-/** What es_append returns. */
-interface AppendReply {
-  readonly streams: {
-    stream: string;
-    revision: string;
-    written: boolean;
-    commit: string;
-    position: string;
-  }[];
-  readonly events: { stream: string; revision: string; commit: string; position: string }[];
+/**
+ * One append as {@link sendAppends} sends it: its requests, every event's data as one JSON array
+ * text (in request order), the projections the process knows (null: no check) and the inline
+ * read models' calls (null: none, and the answer carries every projection's status for the hook).
+ */
+interface Append {
+  readonly requests: readonly AppendRequest[];
+  readonly data: string;
+  readonly known: readonly string[] | null;
+  readonly calls: readonly InlineCall[] | null;
+}
+
+/** es_append's reply (src/eventstore/sql/002_one_append.sql). */
+interface Reply {
+  readonly commit: string | null;
+  readonly status: readonly string[];
+  readonly detail: readonly (string | null)[];
+  readonly outcome?: readonly string[];
+  readonly revision?: readonly string[];
+  readonly commits?: readonly (string | null)[];
+  readonly positions?: readonly (string | null)[];
+  readonly event_positions?: readonly (string | null)[];
+  readonly projections?: Record<string, string> | null;
+}
+
+/** One append's part of a reply: per request and per event of that append only. */
+interface Answer {
+  readonly status: 'ok' | 'wrong' | 'conflict' | 'unknown' | 'not_live';
+  /** wrong: the index of the refused request in the append; conflict: the id; else a projection. */
+  readonly detail: string | null;
+  readonly commit: string | null;
+  readonly outcome: readonly string[];
+  readonly revision: readonly string[];
+  readonly commits: readonly (string | null)[];
+  readonly positions: readonly (string | null)[];
+  readonly eventPositions: readonly (string | null)[];
   readonly projections: Record<string, string>;
 }
 
@@ -173,31 +174,183 @@ const isEventIdUniqueViolation = (error: unknown): boolean => {
   );
 };
 
-const conflictingIdFromError = (error: unknown): string | undefined => {
-  const detail = pgError(error).detail;
-  if (typeof detail !== 'string') return undefined;
-  return /\(event_id\)=\(([^)]+)\)/.exec(detail)?.[1];
+/** Whether `error` is one {@link storeError} turns into the port's. */
+const isStoreAnswer = (error: unknown): boolean => {
+  const { code } = pgError(error);
+  return code === '22P05' || code === '22021' || isEventIdUniqueViolation(error);
 };
 
-const expectedText = (expected: ExpectedState): string =>
-  typeof expected === 'bigint' ? expected.toString() : expected;
-
-const parseExpected = (text: string): ExpectedState =>
-  text === 'no_stream' || text === 'exists' || text === 'any' ? text : BigInt(text);
-
-/** Maps es_append's own errors to the port's; other errors pass unchanged. */
-const mapAppendError = (error: unknown): unknown => {
+/**
+ * The port's error for what the database raised while appending: a unique violation on an event
+ * id (a concurrent append stored that id on another stream first) is an {@link EventIdConflict};
+ * \u0000 in a JSON string, or bytes that are not UTF-8 (Postgres text cannot hold them), an
+ * {@link UnstorableEvent}. Other errors pass unchanged.
+ */
+const storeError = (error: unknown, requests: readonly AppendRequest[]): unknown => {
   const { code, detail } = pgError(error);
-  if (code === 'CBW01' && typeof detail === 'string') {
-    const d = JSON.parse(detail) as { stream: string; expected: string; actual: string };
-    const actual = BigInt(d.actual);
-    return new WrongExpectedVersion(d.stream, parseExpected(d.expected), actual < 0n ? 'no_stream' : actual);
+  if (isEventIdUniqueViolation(error)) {
+    const id = typeof detail === 'string' ? /\(event_id\)=\(([^)]+)\)/.exec(detail)?.[1] : undefined;
+    return new EventIdConflict(id ?? requests.find((r) => r.events.length > 0)?.events[0]?.id ?? 'unknown');
   }
-  if (code === 'CBE01') return new EventIdConflict(typeof detail === 'string' ? detail : 'unknown');
-  // \u0000 in a JSON string, or bytes that are not UTF-8: Postgres text cannot hold them.
   if (code === '22P05' || code === '22021')
     return new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
   return error;
+};
+
+/** es_append's code of an expected state: -1 no stream, -2 any, -3 exists, else the revision. */
+const expectedCode = (expected: ExpectedState): string =>
+  expected === 'no_stream'
+    ? '-1'
+    : expected === 'any'
+      ? '-2'
+      : expected === 'exists'
+        ? '-3'
+        : String(expected);
+
+/** The elements of a JSON array text (`[…]`, as JSON.stringify writes it), or '' for `[]`. */
+const arrayItems = (json: string): string => json.slice(1, -1);
+
+/**
+ * Sends `appends` as one call of es_append on `sql` (one statement, one transaction unless `sql`
+ * is one) and splits its reply into each append's {@link Answer}, in order. The one caller of
+ * es_append (docs/architecture.md "Event store"). Every append must know the same projections, and
+ * no stream may appear in two of them (the {@link Batcher} of the store sees to both).
+ * @throws what the database raises: a call that failed, a concurrent append that stored one of the
+ *   ids on another stream (a unique violation), data PostgreSQL cannot keep; nothing is written.
+ */
+const sendAppends = async (sql: Sql, appends: readonly Append[]): Promise<Answer[]> => {
+  const requestAppends: number[] = [];
+  const streams: string[] = [];
+  const expected: string[] = [];
+  const counts: number[] = [];
+  const ids: string[] = [];
+  const types: string[] = [];
+  const metadata: EventMetadata[] = [];
+  const callAppends: number[] = [];
+  const callProjections: string[] = [];
+  const callFunctions: string[] = [];
+  const callArguments: string[] = [];
+  for (const [i, append] of appends.entries()) {
+    for (const request of append.requests) {
+      requestAppends.push(i + 1);
+      streams.push(request.streamName);
+      expected.push(expectedCode(request.expectedState));
+      counts.push(request.events.length);
+      for (const event of request.events) {
+        ids.push(event.id);
+        types.push(event.type);
+        metadata.push(event.metadata);
+      }
+    }
+    for (const call of append.calls ?? []) {
+      callAppends.push(i + 1);
+      callProjections.push(call.projection);
+      callFunctions.push(call.function);
+      callArguments.push(call.argument);
+    }
+  }
+  const withCalls = appends.some((a) => a.calls !== null);
+  const data = appends.map((a) => arrayItems(a.data)).filter((d) => d !== '');
+  const [row] = await sql.query<{ reply: unknown }>(ES_APPEND, [
+    requestAppends,
+    streams,
+    expected,
+    counts,
+    ids,
+    types,
+    JSON.stringify(metadata),
+    `[${data.join(',')}]`,
+    appends[0]?.known ?? null,
+    withCalls ? callAppends : null,
+    withCalls ? callProjections : null,
+    withCalls ? callFunctions : null,
+    withCalls ? `[${callArguments.join(',')}]` : null,
+  ]);
+  const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as Reply;
+  let requestAt = 0;
+  let eventAt = 0;
+  return appends.map((append, i) => {
+    const requests = append.requests.length;
+    const events = append.requests.reduce((n, r) => n + r.events.length, 0);
+    const status = reply.status[i] as Answer['status'];
+    const detail = reply.detail[i] ?? null;
+    const answer: Answer = {
+      status,
+      detail: status === 'wrong' ? String(Number(detail) - 1 - requestAt) : detail,
+      commit: reply.commit,
+      outcome: reply.outcome?.slice(requestAt, requestAt + requests) ?? [],
+      revision: reply.revision?.slice(requestAt, requestAt + requests) ?? [],
+      commits: reply.commits?.slice(requestAt, requestAt + requests) ?? [],
+      positions: reply.positions?.slice(requestAt, requestAt + requests) ?? [],
+      eventPositions: reply.event_positions?.slice(eventAt, eventAt + events) ?? [],
+      projections: reply.projections ?? {},
+    };
+    requestAt += requests;
+    eventAt += events;
+    return answer;
+  });
+};
+
+/**
+ * The port's result of an append from its {@link Answer}, or 'not_live' when a call's projection
+ * is not live (the hook then decides).
+ * @throws {WrongExpectedVersion} {@link EventIdConflict}, or the hook's error for an unknown live
+ *   projection: the append was refused and nothing of it written.
+ */
+const outcomeOf = (
+  append: Append,
+  answer: Answer,
+  hook: AppendHook | undefined,
+): AppendOutcome | 'not_live' => {
+  const { requests } = append;
+  switch (answer.status) {
+    case 'ok':
+      break;
+    case 'not_live':
+      return 'not_live';
+    case 'wrong': {
+      const index = Number(answer.detail);
+      const request = requests[index]!;
+      const actual = BigInt(answer.revision[index]!);
+      throw new WrongExpectedVersion(
+        request.streamName,
+        request.expectedState,
+        actual < 0n ? 'no_stream' : actual,
+      );
+    }
+    case 'conflict':
+      throw new EventIdConflict(answer.detail ?? 'unknown');
+    case 'unknown':
+      throw (
+        hook?.unknownProjection(answer.detail ?? 'unknown') ??
+        new Error(`a newer casebook runs projection ${answer.detail}`)
+      );
+    default:
+      throw new Error(`es_append answered ${String(answer.status)}`);
+  }
+  const streams: StreamOutcome[] = [];
+  const recorded: RecordedEvent[] = [];
+  let eventAt = 0;
+  for (const [i, request] of requests.entries()) {
+    const revision = BigInt(answer.revision[i]!);
+    streams.push({
+      streamName: request.streamName,
+      nextRevision: revision,
+      position: { commit: BigInt(answer.commits[i] ?? '0'), prepare: BigInt(answer.positions[i] ?? '0') },
+    });
+    if (answer.outcome[i] === 'write') {
+      const first = revision - BigInt(request.events.length) + 1n;
+      for (const [k, event] of request.events.entries())
+        recorded.push({
+          ...event,
+          streamName: request.streamName,
+          revision: first + BigInt(k),
+          position: { commit: BigInt(answer.commit!), prepare: BigInt(answer.eventPositions[eventAt + k]!) },
+        });
+    }
+    eventAt += request.events.length;
+  }
+  return { streams, recorded };
 };
 
 /**
@@ -222,12 +375,59 @@ const validateRequests = (requests: readonly AppendRequest[]): void => {
   }
 };
 
+/** Whether `append` may be sent in one call with `batch`: the same projections known, no stream in common. */
+const joinsBatch = (batch: readonly Append[], append: Append): boolean => {
+  const known = append.known?.join('\n') ?? null;
+  const streams = new Set(append.requests.map((r) => r.streamName));
+  return batch.every(
+    (other) =>
+      (other.known?.join('\n') ?? null) === known && !other.requests.some((r) => streams.has(r.streamName)),
+  );
+};
+
+/**
+ * The events of `requests` as they will be recorded (revisions from each expected state), or
+ * undefined when a stream's revision is not known before the append ('any', 'exists').
+ */
+const pendingEvents = (requests: readonly AppendRequest[]): PendingEvent[] | undefined => {
+  const pending: PendingEvent[] = [];
+  for (const request of requests) {
+    const { expectedState } = request;
+    const last =
+      expectedState === 'no_stream' ? -1n : typeof expectedState === 'bigint' ? expectedState : undefined;
+    if (last === undefined) return undefined;
+    for (const [i, event] of request.events.entries())
+      pending.push({ ...event, streamName: request.streamName, revision: last + BigInt(i + 1) });
+  }
+  return pending;
+};
+
+/**
+ * The hook's work for `requests` as calls es_append runs, or undefined when it cannot be said so:
+ * a stream's revisions are not known before the append, the hook has no calls or cannot fold the
+ * events, or an argument is not a JSON array of rows.
+ */
+const inlineCallsOf = (
+  hook: AppendHook,
+  requests: readonly AppendRequest[],
+): readonly InlineCall[] | undefined => {
+  const pending = hook.calls ? pendingEvents(requests) : undefined;
+  if (!pending) return undefined;
+  try {
+    const calls = hook.calls?.(pending);
+    return calls?.every((c) => c.argument.startsWith('[') && c.argument.endsWith(']')) ? calls : undefined;
+  } catch {
+    // A projection cannot fold these events: the hook's apply stops it (and only it).
+    return undefined;
+  }
+};
+
 /**
  * Event store on Postgres or PGlite (docs/architecture.md "Event store"). Open with
  * {@link SqlEventStore.open}; the caller owns the {@link Sql} and closes it after
  * {@link SqlEventStore.close}.
  */
-export class SqlEventStore implements EventStore {
+export class SqlEventStore implements TransactionalEventStore {
   readonly kind: 'postgres' | 'pglite';
   /** Fallback poll interval of an idle subscription, in milliseconds. */
   private readonly pollMs: number;
@@ -239,15 +439,17 @@ export class SqlEventStore implements EventStore {
   private notifyTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private hook: AppendHook | undefined;
-  /** Appends that run the inline projections in their own statement, group-committed. */
-  private readonly inlineAppends = new Batcher<InlineAppend, AppendReply>(
-    (appends) => this.sendInlineAppends(appends),
+  /** The group commit of appends on a shared handle (a pool, PGlite): one es_append call a batch. */
+  private readonly appends = new Batcher<Append, Answer>(
+    (appends) => sendAppends(this.sql, appends),
     undefined,
     // Bytes: the data and the calls' rows, and about 200 for each event's structure.
     (a) =>
       a.data.length +
-      a.calls.reduce((n, c) => n + c.argument.length, 0) +
-      200 * a.source.reduce((n, r) => n + r.events.length, 0),
+      (a.calls ?? []).reduce((n, c) => n + c.argument.length, 0) +
+      200 * a.requests.reduce((n, r) => n + r.events.length, 0),
+    undefined,
+    joinsBatch,
   );
 
   private constructor(private readonly sql: Sql) {
@@ -259,7 +461,7 @@ export class SqlEventStore implements EventStore {
   }
 
   /**
-   * Opens the store on `sql`, bringing its schema (tables, index, append functions:
+   * Opens the store on `sql`, bringing its schema (tables, index, the append function:
    * src/eventstore/sql/*.sql) to the current version with the migrations when behind (idempotent,
    * safe when several processes start at once; one query when current). `sql` may also be a
    * transaction handle: appends then join that transaction and commit with it.
@@ -275,7 +477,7 @@ export class SqlEventStore implements EventStore {
     this.hook = hook;
   }
 
-  /** Appends in SQL transactions: the hook, the append lock, and `$all` read in a transaction. */
+  /** The SQL capability (src/eventstore/sql-capability.ts): the hook, the append lock, `$all` in a transaction. */
   readonly transactional: TransactionalAppends = {
     setAppendHook: (hook) => this.setAppendHook(hook),
     lockAppends: async (tx) => {
@@ -483,384 +685,87 @@ export class SqlEventStore implements EventStore {
   }
 
   /**
-   * One statement for one or several appends of es_append_inline (one transaction). Appends whose
-   * revisions are known (every request expects no stream or a given revision, and has events) go
-   * set-based (es_append_set), alone or together; other batches go append by append
-   * (es_append_batch). An append alone whose stream is not where it expected, or whose event id is
-   * stored, is sent again to es_append_inline, which answers what that means (a wrong expected
-   * version, a replay, an id conflict); a batch that fails is sent again append by append by the
-   * {@link Batcher}.
+   * Appends `requests` (docs/architecture.md "Event store"): one es_append call, group-committed
+   * with concurrent appends when the handle is shared, the inline read models' calls in it; or,
+   * when the hook must decide (it has no calls for these events, a call's projection is not live,
+   * a call failed, or the store joins a caller's transaction), the same call without calls in a
+   * transaction with the hook. Wakes this process's subscriptions, and others' when `wakeOthers`.
    */
-  private async sendInlineAppends(appends: readonly InlineAppend[]): Promise<AppendReply[]> {
-    const parse = (reply: unknown) => (typeof reply === 'string' ? JSON.parse(reply) : reply);
-    const set = setOf(appends);
-    if (set) {
-      const rows = await this.sql
-        .query<{ reply: unknown }>(ES_APPEND_SET, set.params)
-        .catch((error: unknown) => {
-          const { code } = pgError(error);
-          if (appends.length === 1 && (code === 'CBC01' || code === '23505')) return undefined;
-          throw error;
-        });
-      if (rows) return set.replies(parse(rows[0]!.reply) as SetReply);
-    }
-    if (appends.length === 1) {
-      const [one] = appends as [InlineAppend];
-      const [row] = await this.sql.query<{ reply: unknown }>(
-        'SELECT es_append_inline($1::jsonb, $2::json, $3::text[], $4::json) AS reply',
-        [one.requests(), one.data, one.known, callsParam(one.calls)],
-      );
-      return [parse(row!.reply) as AppendReply];
-    }
-    const batch = `[${appends
-      .map(
-        (a) =>
-          `{"requests":${a.requests()},"data":${a.data},"known":${JSON.stringify(a.known)},"calls":${callsParam(a.calls)}}`,
-      )
-      .join(',')}]`;
-    const [row] = await this.sql.query<{ replies: unknown }>('SELECT es_append_batch($1::json) AS replies', [
-      batch,
-    ]);
-    return parse(row!.replies) as AppendReply[];
-  }
-
   private async appendRequests(
     requests: readonly AppendRequest[],
     wakeOthers = true,
   ): Promise<AppendOutcome> {
     validateRequests(requests);
-    // es_append's structure, built when that path is taken (the plain new-stream append has its own).
-    let structure: string | undefined;
-    const payload = () => {
-      structure ??= JSON.stringify(
-        requests.map((r) => ({
-          stream: r.streamName,
-          expected: expectedText(r.expectedState),
-          events: r.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata })),
-        })),
-      );
-      return structure;
-    };
+    if (requests.length === 0) return { streams: [], recorded: [] };
     const data = JSON.stringify(requests.flatMap((r) => r.events.map((e) => e.data ?? null)));
     // PostgreSQL text cannot hold U+0000, but a json value keeps the escape unread: refuse it here,
     // as a jsonb or text conversion of it later would fail (an escaped backslash before "u0000" is not one).
     if (data.includes('\\u0000') && NUL_ESCAPE.test(data))
       throw new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
-    const failures = new Map<string, unknown>();
     const hook = this.hook;
     const known = hook ? [...hook.known] : null;
-    // One autocommit statement when no inline projection has work to do (the audit trail's
-    // appends): es_append is atomic on its own.
-    const alone =
-      !this.sql.inTransaction &&
-      (hook === undefined || !hook.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type)))));
-    // A new stream and nobody's inline projection: one plain statement (APPEND_NEW_STREAM).
-    let newStream =
-      alone &&
-      requests.length === 1 &&
-      requests[0]!.expectedState === 'no_stream' &&
-      requests[0]!.events.length > 0;
-    // The inline projections as calls in the append's own statement: one round trip instead of
-    // BEGIN, es_append, the hook's statements and COMMIT (es_append_inline). Only when every
-    // stream's revisions are known before the append; undefined after a fall back.
-    const pending = !alone && !this.sql.inTransaction && hook?.calls ? pendingEvents(requests) : undefined;
-    let calls: readonly InlineCall[] | undefined;
-    try {
-      calls = pending && hook?.calls?.(pending);
-    } catch {
-      // A projection cannot fold these events: the transaction path stops it (and only it).
-      calls = undefined;
-    }
-    /**
-     * es_append_inline, in a group commit with concurrent appends; undefined when the append has to
-     * run in a transaction with the hook instead.
-     */
-    const esAppendInline = async (inline: readonly InlineCall[]): Promise<AppendOutcome | undefined> => {
-      const reply = await this.inlineAppends
-        .submit({ requests: payload, data, known, calls: inline, source: requests })
-        .catch((error: unknown) => {
-          // es_append's own answers stand; anything else (a projection not live, a call that
-          // failed) is the transaction path's to tell.
-          if (isAppendAnswer(error)) throw error;
-          return undefined;
-        });
-      return reply && toOutcome(requests, reply);
-    };
-    /** es_append on `sql`: the reply, and what it means for the port. */
-    const esAppend = async (sql: Sql) => {
-      const [row] = await sql.query<{ reply: AppendReply | string }>(
-        'SELECT es_append($1::jsonb, $2::json, $3::text[]) AS reply',
-        [payload(), data, known],
-      );
-      const reply = (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as AppendReply;
-      return { reply, outcome: toOutcome(requests, reply) };
-    };
-    /** APPEND_NEW_STREAM; undefined when es_append has to answer instead. */
-    const appendNewStream = async (request: AppendRequest): Promise<AppendOutcome | undefined> => {
-      const rows = await this.sql
-        .query<NewStreamRow>(APPEND_NEW_STREAM, [
-          request.streamName,
-          JSON.stringify(request.events.map((e) => ({ id: e.id, type: e.type, metadata: e.metadata }))),
-          data,
-          known,
-        ])
-        .catch((error: unknown) => {
-          // The stream or an event id exists: es_append tells which, and what that means.
-          if (pgError(error).code === '23505') return undefined;
-          throw error;
-        });
-      // No row: a live projection this process does not know (es_append refuses it with CBP01).
-      return rows?.length === request.events.length ? newStreamOutcome(request, rows) : undefined;
-    };
-    for (let attempt = 1; ; attempt++) {
+    const needed =
+      hook !== undefined && hook.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type))));
+    // No read-model work: no calls. Else the hook's calls, when it can say its work so.
+    const calls = !needed ? [] : this.sql.inTransaction ? undefined : inlineCallsOf(hook, requests);
+    let outcome: AppendOutcome | 'not_live' | undefined;
+    if (calls) {
+      const append: Append = { requests, data, known, calls };
       try {
-        let outcome: AppendOutcome | undefined;
-        if (newStream) {
-          outcome = await appendNewStream(requests[0]!);
-          newStream = false;
-        }
-        if (!outcome && alone) outcome = (await esAppend(this.sql)).outcome;
-        if (!outcome && calls) {
-          outcome = await esAppendInline(calls);
-          if (outcome) hook?.called?.(calls);
-          else calls = undefined;
-        }
-        outcome ??= await this.sql.transaction(async (tx) => {
-          const { reply, outcome } = await esAppend(tx);
-          if (this.hook)
-            await this.hook.apply(tx, outcome.recorded, new Map(Object.entries(reply.projections)), failures);
+        const answer = this.sql.shared
+          ? await this.appends.submit(append)
+          : (await sendAppends(this.sql, [append]))[0]!;
+        outcome = outcomeOf(append, answer, hook);
+        if (outcome !== 'not_live' && needed) hook?.called?.(calls);
+      } catch (error) {
+        // A call that failed (a poisoned event): the hook's apply tells what it means.
+        if (calls.length === 0 || isStoreAnswer(error) || !pgError(error).code)
+          throw storeError(error, requests);
+        outcome = undefined;
+      }
+    }
+    if (outcome === undefined || outcome === 'not_live')
+      outcome = await this.appendWithHook(requests, data, known);
+    if (outcome.recorded.length > 0) {
+      this.wake();
+      if (wakeOthers) this.notifyOthers();
+    }
+    return outcome;
+  }
+
+  /**
+   * The append in a transaction with the hook: es_append without calls, then {@link AppendHook.apply}
+   * on the events written and every projection's status. An {@link AppendHookFailure} runs it again
+   * with the failure known to the hook (once per key).
+   */
+  private async appendWithHook(
+    requests: readonly AppendRequest[],
+    data: string,
+    known: readonly string[] | null,
+  ): Promise<AppendOutcome> {
+    const failures = new Map<string, unknown>();
+    const append: Append = { requests, data, known, calls: null };
+    for (;;) {
+      try {
+        return await this.sql.transaction(async (tx) => {
+          const [answer] = await sendAppends(tx, [append]);
+          const outcome = outcomeOf(append, answer!, this.hook);
+          if (outcome === 'not_live') throw new Error('es_append answered not_live without calls');
+          await this.hook?.apply(
+            tx,
+            outcome.recorded,
+            new Map(Object.entries(answer!.projections)),
+            failures,
+          );
           return outcome;
         });
-        if (outcome.recorded.length > 0) {
-          this.wake();
-          if (wakeOthers) this.notifyOthers();
-        }
-        return outcome;
       } catch (error) {
         if (error instanceof AppendHookFailure && !failures.has(error.key)) {
           failures.set(error.key, error.detail);
           continue;
         }
-        // A concurrent transaction appending the same new event id makes our INSERT fail with a
-        // unique violation once it commits; running the append again lets the id check answer.
-        if (isEventIdUniqueViolation(error)) {
-          if (attempt < UNIQUE_VIOLATION_ATTEMPTS) continue;
-          const firstId = requests.find((r) => r.events.length > 0)?.events[0]?.id ?? 'unknown';
-          throw new EventIdConflict(conflictingIdFromError(error) ?? firstId);
-        }
-        const { code, detail } = pgError(error);
-        if (code === 'CBP01' && hook) throw hook.unknownProjection(String(detail));
-        throw mapAppendError(error);
+        throw storeError(error, requests);
       }
     }
   }
 }
-
-/**
- * The events of `requests` as they will be recorded (revisions from each expected state), or
- * undefined when a stream's revision is not known before the append ('any', 'exists').
- */
-const pendingEvents = (requests: readonly AppendRequest[]): PendingEvent[] | undefined => {
-  const pending: PendingEvent[] = [];
-  for (const request of requests) {
-    const { expectedState } = request;
-    const last =
-      expectedState === 'no_stream' ? -1n : typeof expectedState === 'bigint' ? expectedState : undefined;
-    if (last === undefined) return undefined;
-    for (const [i, event] of request.events.entries())
-      pending.push({ ...event, streamName: request.streamName, revision: last + BigInt(i + 1) });
-  }
-  return pending;
-};
-
-/** es_append_inline's calls parameter: each argument is JSON text already, embedded as it is. */
-const callsParam = (calls: readonly InlineCall[]): string =>
-  `[${calls
-    .map(
-      (c) =>
-        `{"projection":${JSON.stringify(c.projection)},"function":${JSON.stringify(c.function)},"argument":${c.argument}}`,
-    )
-    .join(',')}]`;
-
-/** An error that is es_append's answer (a wrong expected version, an id conflict, an unknown live projection). */
-const isAppendAnswer = (error: unknown): boolean => {
-  const { code } = pgError(error);
-  return code === 'CBW01' || code === 'CBE01' || code === 'CBP01' || isEventIdUniqueViolation(error);
-};
-
-/**
- * One append of es_append_inline: its requests (`source`) and their structure as JSON text
- * (`requests`, built when needed), every event's data as one JSON array text, the hook's
- * projections (`known`) and the inline projections' calls.
- */
-interface InlineAppend {
-  readonly source: readonly AppendRequest[];
-  readonly requests: () => string;
-  readonly data: string;
-  readonly known: readonly string[] | null;
-  readonly calls: readonly InlineCall[];
-}
-
-/** es_append_set's statement (its parameters, with their types). */
-const ES_APPEND_SET = `SELECT es_append_set($1::text[], $2::bigint[], $3::bigint[], $4::uuid[], $5::text[],
-  $6::bigint[], $7::text[], $8::jsonb, $9::json, $10::text[], $11::text[], $12::text[], $13::json) AS reply`;
-
-/** What es_append_set returns: its transaction's id, and each event's position by id. */
-interface SetReply {
-  readonly commit: string;
-  readonly ids: readonly string[];
-  readonly positions: readonly string[];
-}
-
-/** The elements of a JSON array text (`[…]`, as JSON.stringify writes it), or '' for `[]`. */
-const arrayItems = (json: string): string => json.slice(1, -1);
-
-/** The revision a request expects its stream at (-1: no stream), or undefined when not known. */
-const expectedRevision = (request: AppendRequest): bigint | undefined =>
-  request.expectedState === 'no_stream'
-    ? -1n
-    : typeof request.expectedState === 'bigint'
-      ? request.expectedState
-      : undefined;
-
-/**
- * Appends for es_append_set, when in every one each request knows its stream's revision (no
- * stream, or a given revision) and has events, all of them know the same projections and every
- * inline call's argument is a JSON array of rows; undefined otherwise. `params` are the
- * statement's, `replies` turns its reply into each append's own, in the appends' order.
- */
-const setOf = (appends: readonly InlineAppend[]) => {
-  const known = appends[0]!.known;
-  const sameKnown = (k: readonly string[] | null) =>
-    k === known ||
-    (k !== null && known !== null && k.length === known.length && k.every((x, i) => x === known[i]));
-  for (const a of appends) {
-    if (!sameKnown(a.known)) return undefined;
-    if (a.source.some((r) => expectedRevision(r) === undefined || r.events.length === 0)) return undefined;
-    if (a.calls.some((c) => !c.argument.startsWith('[') || !c.argument.endsWith(']'))) return undefined;
-  }
-  const streams: string[] = [];
-  const expected: string[] = [];
-  const lastRevisions: string[] = [];
-  const ids: string[] = [];
-  const eventStreams: string[] = [];
-  const revisions: string[] = [];
-  const types: string[] = [];
-  const metadata: EventMetadata[] = [];
-  for (const a of appends)
-    for (const r of a.source) {
-      const from = expectedRevision(r)!;
-      streams.push(r.streamName);
-      expected.push(String(from));
-      lastRevisions.push(String(from + BigInt(r.events.length)));
-      for (const [i, e] of r.events.entries()) {
-        ids.push(e.id);
-        eventStreams.push(r.streamName);
-        revisions.push(String(from + BigInt(i + 1)));
-        types.push(e.type);
-        metadata.push(e.metadata);
-      }
-    }
-  // Each inline function once, in the order of its first call; its rows in the appends' order.
-  const calls = new Map<string, { projection: string; rows: string[] }>();
-  for (const a of appends)
-    for (const c of a.calls) {
-      const call = calls.get(c.function) ?? { projection: c.projection, rows: [] };
-      calls.set(c.function, call);
-      const rows = arrayItems(c.argument);
-      if (rows !== '') call.rows.push(rows);
-    }
-  const data = appends.map((a) => arrayItems(a.data)).filter((d) => d !== '');
-  const params = [
-    streams,
-    expected,
-    lastRevisions,
-    ids,
-    eventStreams,
-    revisions,
-    types,
-    JSON.stringify(metadata),
-    `[${data.join(',')}]`,
-    known,
-    [...calls.values()].map((c) => c.projection),
-    [...calls.keys()],
-    `[${[...calls.values()].map((c) => `[${c.rows.join(',')}]`).join(',')}]`,
-  ];
-  const replies = (reply: SetReply): AppendReply[] => {
-    const positions = new Map(reply.ids.map((id, i) => [id, reply.positions[i]!]));
-    let n = 0;
-    return appends.map((a) => {
-      const events: AppendReply['events'][number][] = [];
-      const written: AppendReply['streams'][number][] = [];
-      for (const r of a.source) {
-        for (const e of r.events)
-          events.push({
-            stream: r.streamName,
-            revision: revisions[n++]!,
-            commit: reply.commit,
-            position: positions.get(e.id.toLowerCase())!,
-          });
-        const last = events[events.length - 1]!;
-        written.push({ ...last, written: true });
-      }
-      return { streams: written, events, projections: {} };
-    });
-  };
-  return { params, replies };
-};
-
-/** A row of APPEND_NEW_STREAM (int8 and xid8 as text; aliased apart from the columns: see EVENT_COLUMNS). */
-type NewStreamRow = { revision_text: string; commit_text: string; position_text: string };
-
-/** The port's results for an append of `request` to a new stream (APPEND_NEW_STREAM's rows, by revision). */
-const newStreamOutcome = (request: AppendRequest, rows: readonly NewStreamRow[]): AppendOutcome => {
-  const recorded = request.events.map(
-    (event, i): RecordedEvent => ({
-      id: event.id,
-      type: event.type,
-      data: event.data,
-      metadata: event.metadata,
-      streamName: request.streamName,
-      revision: BigInt(rows[i]!.revision_text),
-      position: { commit: BigInt(rows[i]!.commit_text), prepare: BigInt(rows[i]!.position_text) },
-    }),
-  );
-  const last = recorded[recorded.length - 1]!;
-  return {
-    streams: [
-      { streamName: request.streamName, nextRevision: last.revision, position: last.position, written: true },
-    ],
-    recorded,
-  };
-};
-
-/** Builds the port's results and the recorded events from es_append's reply. */
-const toOutcome = (requests: readonly AppendRequest[], reply: AppendReply): AppendOutcome => {
-  const byStream = new Map(requests.map((r) => [r.streamName, r]));
-  const streams = reply.streams.map(
-    (s): StreamOutcome => ({
-      streamName: s.stream,
-      nextRevision: BigInt(s.revision),
-      position: { commit: BigInt(s.commit ?? '0'), prepare: BigInt(s.position ?? '0') },
-      written: s.written,
-    }),
-  );
-  // es_append returns the written events per stream in request order, revisions ascending.
-  const cursor = new Map<string, number>();
-  const recorded = reply.events.map((e): RecordedEvent => {
-    const request = byStream.get(e.stream)!;
-    const index = cursor.get(e.stream) ?? 0;
-    cursor.set(e.stream, index + 1);
-    const event = request.events[index]!;
-    return {
-      id: event.id,
-      type: event.type,
-      data: event.data,
-      metadata: event.metadata,
-      streamName: e.stream,
-      revision: BigInt(e.revision),
-      position: { commit: BigInt(e.commit), prepare: BigInt(e.position) },
-    };
-  });
-  return { streams, recorded };
-};

@@ -32,7 +32,8 @@
 import { createHash } from 'node:crypto';
 import pLimit from 'p-limit';
 import { quoteIdentifier, type Sql, withSearchPath } from '../db/sql.js';
-import { type Position, positionToString, type TransactionalAppends } from '../eventstore/port.js';
+import { type Position, positionToString } from '../eventstore/port.js';
+import type { TransactionalAppends } from '../eventstore/sql-capability.js';
 import type { Projection } from './projection.js';
 import type { InlineBuild, ProjectionFailure, ProjectionRunner } from './runner.js';
 

@@ -24,17 +24,20 @@ import { Subject } from 'rxjs';
 import { forgetMigrations, migrate, migrationsIn } from '../db/migrations.js';
 import type { Sql } from '../db/sql.js';
 import {
-  type AppendHook,
-  AppendHookFailure,
   comparePositions,
   type EventStore,
-  type InlineCall,
   type Position,
   parsePosition,
   positionToString,
   type RecordedEvent,
-  type TransactionalAppends,
 } from '../eventstore/port.js';
+import {
+  type AppendHook,
+  AppendHookFailure,
+  type InlineCall,
+  type TransactionalAppends,
+  transactionalOf,
+} from '../eventstore/sql-capability.js';
 import { type Projection, readModelComponent } from './projection.js';
 import {
   createIndexesAndAnalyze,
@@ -310,7 +313,7 @@ export class ProjectionRunner {
     private readonly logger: Logger,
     options: ProjectionRunnerOptions = {},
   ) {
-    this.mode = options.mode ?? (store.transactional ? 'inline' : 'async');
+    this.mode = options.mode ?? (transactionalOf(store) ? 'inline' : 'async');
     this.byName = new Map(projections.map((p) => [p.name, p]));
     this.deferred = new Set(
       this.mode === 'inline' ? projections.filter((p) => p.deferred === true).map((p) => p.name) : [],
@@ -318,16 +321,17 @@ export class ProjectionRunner {
     this.clock = options.clock ?? (() => new Date());
     this.pageSize = options.pageSize ?? CATCH_UP_PAGE;
     if (this.mode === 'inline') {
-      if (!store.transactional) throw new TypeError('inline projections need a store with SQL transactions');
-      if (options.appendHook !== false) store.transactional.setAppendHook(this.appendHook());
+      const transactional = transactionalOf(store);
+      if (!transactional) throw new TypeError('inline projections need a store with SQL transactions');
+      if (options.appendHook !== false) transactional.setAppendHook(this.appendHook());
     }
   }
 
   /** The store's SQL-transaction capabilities (inline mode only). */
   private appends(): TransactionalAppends {
-    if (!this.store.transactional)
-      throw new TypeError('inline projections need a store with SQL transactions');
-    return this.store.transactional;
+    const transactional = transactionalOf(this.store);
+    if (!transactional) throw new TypeError('inline projections need a store with SQL transactions');
+    return transactional;
   }
 
   /**
@@ -380,7 +384,7 @@ export class ProjectionRunner {
         result.set(state.name, 0);
         continue;
       }
-      if (!this.store.transactional) {
+      if (!transactionalOf(this.store)) {
         result.set(state.name, undefined);
         continue;
       }

@@ -1,7 +1,9 @@
 /**
- * Each SQL function of the event store (src/eventstore/sql/001_event_store.sql), called directly on
- * both SQL stores (issue 34: "each SQL function has its own test"): what it writes, what it
- * answers, and the errors it raises, which src/eventstore/sql-event-store.ts maps to the port's.
+ * Each SQL function of the event store (src/eventstore/sql/*.sql), called directly on both SQL
+ * stores (issue 34: "each SQL function has its own test"). Since version 2 there is one: es_append
+ * (002_one_append.sql), which answers each append of a call on its own — written, a replay, a
+ * wrong expected version, an id conflict, an unknown live projection, a projection not live —
+ * and writes nothing of an append it refuses.
  */
 import { expect } from 'chai';
 import { v4 as uuid } from 'uuid';
@@ -11,136 +13,231 @@ import { type OpenedDatabase, testDatabases } from '../support/databases.js';
 
 const METADATA = { tenantId: 1, actor: { type: 'system', id: 'test' } };
 
-/** es_append's `requests`: one request of `stream` at `expected` with one event per id. */
-const request = (stream: string, expected: string, ids: readonly string[]) => ({
-  stream,
-  expected,
-  events: ids.map((id) => ({ id, type: 'Happened', metadata: METADATA })),
-});
+/** One stream request of a call: `expected` -1 no stream, -2 any, -3 exists, else a revision. */
+interface Request {
+  readonly append: number;
+  readonly stream: string;
+  readonly expected: number;
+  readonly ids: readonly string[];
+}
 
-const parse = (value: unknown) => (typeof value === 'string' ? JSON.parse(value) : value);
+interface Call {
+  readonly append: number;
+  readonly projection: string;
+  readonly function: string;
+  readonly rows: readonly unknown[];
+}
 
-/** The SQLSTATE of what `run` rejects with. */
-const codeOf = async (run: Promise<unknown>): Promise<string | undefined> => {
-  try {
-    await run;
-  } catch (error) {
-    return (error as { code?: string }).code;
-  }
-  throw new Error('expected the statement to fail');
+interface Reply {
+  commit: string | null;
+  status: string[];
+  detail: (string | null)[];
+  outcome: string[];
+  revision: string[];
+  commits: (string | null)[];
+  positions: (string | null)[];
+  event_positions: (string | null)[];
+  projections: Record<string, string> | null;
+}
+
+/** Calls es_append with `requests` (each event's data `{stream, k}`), `known` and `calls` (null: none). */
+const esAppend = async (
+  sql: Sql,
+  requests: readonly Request[],
+  calls: readonly Call[] | null = [],
+  known: readonly string[] | null = null,
+): Promise<Reply> => {
+  const events = requests.flatMap((r) => r.ids.map((id, k) => ({ id, data: { stream: r.stream, k } })));
+  const [row] = await sql.query<{ reply: unknown }>(
+    `SELECT es_append($1::integer[], $2::text[], $3::bigint[], $4::integer[], $5::uuid[], $6::text[],
+       $7::jsonb, $8::json, $9::text[], $10::integer[], $11::text[], $12::text[], $13::json) AS reply`,
+    [
+      requests.map((r) => r.append),
+      requests.map((r) => r.stream),
+      requests.map((r) => r.expected),
+      requests.map((r) => r.ids.length),
+      events.map((e) => e.id),
+      events.map(() => 'Happened'),
+      JSON.stringify(events.map(() => METADATA)),
+      JSON.stringify(events.map((e) => e.data)),
+      known,
+      calls ? calls.map((c) => c.append) : null,
+      calls ? calls.map((c) => c.projection) : null,
+      calls ? calls.map((c) => c.function) : null,
+      calls ? JSON.stringify(calls.map((c) => c.rows)) : null,
+    ],
+  );
+  return (typeof row!.reply === 'string' ? JSON.parse(row!.reply) : row!.reply) as Reply;
 };
 
 const rowsOf = (sql: Sql, stream: string) =>
-  sql.query<{ revision: string; type: string; data: unknown }>(
-    `SELECT revision::text AS revision, type, data FROM es_events WHERE stream_name = $1 ORDER BY revision`,
+  sql.query<{ revision: string; data: unknown }>(
+    `SELECT revision::text AS revision, data FROM es_events WHERE stream_name = $1 ORDER BY revision`,
     [stream],
   );
 
+const streamRow = async (sql: Sql, stream: string) =>
+  (
+    await sql.query<{ revision: string }>(
+      `SELECT revision::text AS revision FROM es_streams WHERE stream_name = $1`,
+      [stream],
+    )
+  )[0]?.revision;
+
 for (const database of testDatabases) {
-  describe(`event store SQL functions on ${database.name}`, () => {
+  describe(`event store SQL function es_append on ${database.name}`, () => {
     let db: OpenedDatabase;
     let sql: Sql;
     before(async () => {
       db = await database.open();
       sql = db.sql;
       await SqlEventStore.open(sql);
+      // An inline read model's function: records the rows it is called with.
+      await sql.exec(`CREATE TABLE fn_rows (row_value json);
+        CREATE FUNCTION fn_apply(rows json) RETURNS void LANGUAGE sql AS
+          $$ INSERT INTO fn_rows SELECT r FROM json_array_elements(rows) r $$;`);
     });
     after(() => db.dispose());
 
-    it('es_append writes a new stream, answers a replay without writing and refuses a wrong expected state', async () => {
+    it('writes new and existing streams, each event at its revision, and answers their positions', async () => {
+      const [a, b] = [uuid(), uuid()];
+      const first = await esAppend(sql, [{ append: 1, stream: 'fn-a', expected: -1, ids: [a, b] }]);
+      expect(first.status).to.deep.equal(['ok']);
+      expect(first.outcome).to.deep.equal(['write']);
+      expect(first.revision).to.deep.equal(['1']);
+      expect(first.event_positions).to.have.length(2);
+      expect(first.positions[0]).to.equal(first.event_positions[1]);
+      expect(first.commits[0]).to.equal(first.commit);
+      const second = await esAppend(sql, [{ append: 1, stream: 'fn-a', expected: 1, ids: [uuid()] }]);
+      expect(second.revision).to.deep.equal(['2']);
+      expect((await rowsOf(sql, 'fn-a')).map((r) => r.revision)).to.deep.equal(['0', '1', '2']);
+      expect(await streamRow(sql, 'fn-a')).to.equal('2');
+      // A request without events checks its stream and answers its last event.
+      const check = await esAppend(sql, [{ append: 1, stream: 'fn-a', expected: -3, ids: [] }]);
+      expect(check.outcome).to.deep.equal(['check']);
+      expect(check.revision).to.deep.equal(['2']);
+      expect(check.positions[0]).to.equal(second.positions[0]);
+    });
+
+    it('answers a replay with the stored result and a conflict or a wrong expected state without writing', async () => {
       const id = uuid();
-      const append = (expected: string) =>
-        sql.query<{ reply: unknown }>(`SELECT es_append($1::jsonb, $2::json, NULL) AS reply`, [
-          JSON.stringify([request('fn-a', expected, [id])]),
-          JSON.stringify([{ n: 1 }]),
-        ]);
-      const [first] = await append('no_stream');
-      const reply = parse(first!.reply) as { events: { stream: string; revision: string }[] };
-      expect(reply.events).to.have.length(1);
-      expect(reply.events[0]).to.include({ stream: 'fn-a', revision: '0' });
-      // The same id again: the stored result, nothing written.
-      await append('no_stream');
-      expect(await rowsOf(sql, 'fn-a')).to.deep.equal([{ revision: '0', type: 'Happened', data: { n: 1 } }]);
-      // Another event at a revision the stream is not at.
-      const other = sql.query(`SELECT es_append($1::jsonb, $2::json, NULL)`, [
-        JSON.stringify([request('fn-a', '5', [uuid()])]),
-        '[null]',
+      const first = await esAppend(sql, [{ append: 1, stream: 'fn-b', expected: -1, ids: [id] }]);
+      const again = await esAppend(sql, [{ append: 1, stream: 'fn-b', expected: -1, ids: [id] }]);
+      expect(again.status).to.deep.equal(['ok']);
+      expect(again.outcome).to.deep.equal(['replay']);
+      expect([again.revision, again.commits, again.positions]).to.deep.equal([
+        first.revision,
+        first.commits,
+        first.positions,
       ]);
-      expect(await codeOf(other)).to.equal('CBW01');
-      expect(await rowsOf(sql, 'fn-a')).to.have.length(1);
+      const conflict = await esAppend(sql, [{ append: 1, stream: 'fn-b2', expected: -1, ids: [id] }]);
+      expect([conflict.status, conflict.detail]).to.deep.equal([['conflict'], [id]]);
+      expect(await streamRow(sql, 'fn-b2')).to.equal(undefined);
+      const wrong = await esAppend(sql, [
+        { append: 1, stream: 'fn-b3', expected: -1, ids: [uuid()] },
+        { append: 1, stream: 'fn-b', expected: 5, ids: [uuid()] },
+      ]);
+      // The refused request (the second of the call), and the stream's actual revision.
+      expect([wrong.status, wrong.detail, wrong.revision[1]]).to.deep.equal([['wrong'], ['2'], '0']);
+      expect(await rowsOf(sql, 'fn-b')).to.have.length(1);
+      expect(await rowsOf(sql, 'fn-b3')).to.deep.equal([]);
+      expect(await streamRow(sql, 'fn-b3')).to.equal(undefined);
     });
 
-    it('es_append_inline appends as es_append, and refuses a call of a projection that is not live', async () => {
-      const [row] = await sql.query<{ reply: unknown }>(
-        `SELECT es_append_inline($1::jsonb, $2::json, NULL, '[]'::json) AS reply`,
-        [JSON.stringify([request('fn-b', 'no_stream', [uuid()])]), '[{"b":1}]'],
+    it('answers each append of a batch on its own: the refused ones write nothing, the others commit', async () => {
+      await esAppend(sql, [{ append: 1, stream: 'fn-c0', expected: -1, ids: [uuid()] }]);
+      const reply = await esAppend(sql, [
+        { append: 1, stream: 'fn-c1', expected: -1, ids: [uuid(), uuid()] },
+        { append: 2, stream: 'fn-c0', expected: -1, ids: [uuid()] },
+        { append: 2, stream: 'fn-c2', expected: -1, ids: [uuid()] },
+        { append: 3, stream: 'fn-c3', expected: -2, ids: [uuid()] },
+      ]);
+      expect(reply.status).to.deep.equal(['ok', 'wrong', 'ok']);
+      expect(reply.outcome).to.deep.equal(['write', 'wrong', 'write', 'write']);
+      expect((await rowsOf(sql, 'fn-c1')).map((r) => r.data)).to.deep.equal([
+        { stream: 'fn-c1', k: 0 },
+        { stream: 'fn-c1', k: 1 },
+      ]);
+      expect(await rowsOf(sql, 'fn-c0')).to.have.length(1);
+      expect(await rowsOf(sql, 'fn-c2')).to.deep.equal([]);
+      expect(await streamRow(sql, 'fn-c2')).to.equal(undefined);
+      expect(await rowsOf(sql, 'fn-c3')).to.have.length(1);
+      // The written events' positions in request order; none for the refused append's.
+      expect(reply.event_positions[3]).to.equal(null);
+      expect(Number(reply.event_positions[4])).to.be.greaterThan(Number(reply.event_positions[1]));
+    });
+
+    it('runs the calls of the appends that wrote, merged per function, and refuses one whose projection is not live', async () => {
+      await sql.query(
+        `INSERT INTO projection_state (name, status) VALUES ('fn-live', 'live'), ('fn-building', 'building')`,
       );
-      expect((parse(row!.reply) as { events: unknown[] }).events).to.have.length(1);
-      const refused = sql.query(`SELECT es_append_inline($1::jsonb, $2::json, NULL, $3::json)`, [
-        JSON.stringify([request('fn-b2', 'no_stream', [uuid()])]),
-        '[null]',
-        JSON.stringify([{ projection: 'not-a-projection', function: 'lower', argument: [] }]),
-      ]);
-      expect(await codeOf(refused)).to.equal('CBI01');
-      expect(await rowsOf(sql, 'fn-b2')).to.deep.equal([]);
-    });
-
-    it('es_append_batch appends several appends in one statement and answers each in order', async () => {
-      const appends = ['fn-c1', 'fn-c2'].map((stream, i) => ({
-        requests: [request(stream, 'no_stream', [uuid(), uuid()])],
-        data: [
-          { i, k: 0 },
-          { i, k: 1 },
+      const reply = await esAppend(
+        sql,
+        [
+          { append: 1, stream: 'fn-d1', expected: -1, ids: [uuid()] },
+          { append: 2, stream: 'fn-d2', expected: -1, ids: [uuid()] },
+          { append: 3, stream: 'fn-d3', expected: -1, ids: [uuid()] },
         ],
-        known: null,
-        calls: [],
-      }));
-      const [row] = await sql.query<{ replies: unknown }>(`SELECT es_append_batch($1::json) AS replies`, [
-        JSON.stringify(appends),
+        [
+          { append: 1, projection: 'fn-live', function: 'fn_apply', rows: [{ d: 1 }] },
+          { append: 2, projection: 'fn-building', function: 'fn_apply', rows: [{ d: 2 }] },
+          { append: 3, projection: 'fn-live', function: 'fn_apply', rows: [{ d: 3 }, { d: 4 }] },
+        ],
+      );
+      expect([reply.status, reply.detail]).to.deep.equal([
+        ['ok', 'not_live', 'ok'],
+        [null, 'fn-building', null],
       ]);
-      const replies = parse(row!.replies) as { events: { stream: string; revision: string }[] }[];
-      expect(replies.map((r) => r.events.map((e) => `${e.stream}@${e.revision}`))).to.deep.equal([
-        ['fn-c1@0', 'fn-c1@1'],
-        ['fn-c2@0', 'fn-c2@1'],
-      ]);
-      expect((await rowsOf(sql, 'fn-c2')).map((r) => r.data)).to.deep.equal([
-        { i: 1, k: 0 },
-        { i: 1, k: 1 },
-      ]);
+      expect(await rowsOf(sql, 'fn-d2')).to.deep.equal([]);
+      const rows = await sql.query<{ row_value: unknown }>(`SELECT row_value FROM fn_rows`);
+      expect(rows.map((r) => r.row_value)).to.deep.equal([{ d: 1 }, { d: 3 }, { d: 4 }]);
+      // Without calls (NULL) the reply carries every projection's status.
+      const plain = await esAppend(sql, [{ append: 1, stream: 'fn-d9', expected: -1, ids: [uuid()] }], null);
+      expect(plain.projections).to.include({ 'fn-live': 'live', 'fn-building': 'building' });
     });
 
-    it('es_append_set writes new and existing streams set-based and refuses a stream not at its revision', async () => {
-      const set = (streams: string[], expected: number[], ids: string[]) =>
-        sql.query<{ reply: unknown }>(
-          `SELECT es_append_set($1::text[], $2::bigint[], $3::bigint[], $4::uuid[], $5::text[], $6::bigint[],
-             $7::text[], $8::jsonb, $9::json, NULL, '{}'::text[], '{}'::text[], '[]'::json) AS reply`,
+    it('refuses every append while a live projection is unknown to the caller, writing nothing', async () => {
+      await sql.query(`INSERT INTO projection_state (name, status) VALUES ('fn-newer', 'live')`);
+      try {
+        const reply = await esAppend(
+          sql,
           [
-            streams,
-            expected,
-            expected.map((e) => e + 1),
-            ids,
-            streams,
-            expected.map((e) => e + 1),
-            streams.map(() => 'Happened'),
-            JSON.stringify(streams.map(() => METADATA)),
-            JSON.stringify(streams.map((s) => ({ s }))),
+            { append: 1, stream: 'fn-e1', expected: -1, ids: [uuid()] },
+            { append: 2, stream: 'fn-e2', expected: -1, ids: [uuid()] },
           ],
+          [],
+          ['fn-live'],
         );
-      const ids = [uuid(), uuid()];
-      const [row] = await set(['fn-d1', 'fn-d2'], [-1, -1], ids);
-      const reply = parse(row!.reply) as { commit: string; ids: string[]; positions: string[] };
-      expect(reply.ids).to.have.members(ids);
-      expect(reply.positions).to.have.length(2);
-      expect(reply.commit).to.match(/^\d+$/);
-      // fn-d1 moves on from revision 0; fn-d2 is not at revision 3.
-      await set(['fn-d1'], [0], [uuid()]);
-      expect((await rowsOf(sql, 'fn-d1')).map((r) => r.revision)).to.deep.equal(['0', '1']);
-      expect(await codeOf(set(['fn-d2'], [3], [uuid()]))).to.equal('CBC01');
-      expect(await rowsOf(sql, 'fn-d2')).to.have.length(1);
-      const [stream] = await sql.query<{ revision: string }>(
-        `SELECT revision::text AS revision FROM es_streams WHERE stream_name = 'fn-d1'`,
+        expect([reply.status, reply.detail]).to.deep.equal([
+          ['unknown', 'unknown'],
+          ['fn-newer', 'fn-newer'],
+        ]);
+        expect(await streamRow(sql, 'fn-e1')).to.equal(undefined);
+      } finally {
+        await sql.query(`DELETE FROM projection_state WHERE name LIKE 'fn-%'`);
+      }
+    });
+
+    it('raises and writes nothing when events, types, metadata and data differ in number, or a stream is there twice', async () => {
+      const codeOf = (run: Promise<unknown>) =>
+        run.then(
+          () => 'none',
+          (e: { code?: string }) => e.code,
+        );
+      const short = sql.query(
+        `SELECT es_append('{1}', '{fn-f1}', '{-1}', '{2}', $1::uuid[], '{Happened,Happened}', '[{},{}]', '[{"n":1}]',
+           NULL, NULL, NULL, NULL, NULL)`,
+        [[uuid(), uuid()]],
       );
-      expect(stream!.revision).to.equal('1');
+      expect(await codeOf(short)).to.equal('22023');
+      const twice = sql.query(
+        `SELECT es_append('{1,2}', '{fn-f2,fn-f2}', '{-1,-1}', '{1,1}', $1::uuid[], '{Happened,Happened}',
+           '[{},{}]', '[1,2]', NULL, NULL, NULL, NULL, NULL)`,
+        [[uuid(), uuid()]],
+      );
+      expect(await codeOf(twice)).to.equal('22023');
+      expect(await streamRow(sql, 'fn-f1')).to.equal(undefined);
+      expect(await streamRow(sql, 'fn-f2')).to.equal(undefined);
     });
   });
 }

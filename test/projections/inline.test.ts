@@ -153,7 +153,7 @@ for (const db of testDatabases) {
       );
       const appends = statements.filter((text) => !text.includes('pg_notify'));
       expect(appends).to.have.length(1);
-      expect(appends[0]).to.include('es_append_set(');
+      expect(appends[0]).to.include('es_append(');
       expect(await patientIds(sql)).to.deep.equal([id]);
       const [identifier] = await sql.query<{ id: number }>(
         `SELECT id FROM rm_resource_identifiers WHERE system = 'urn:mrn' AND value = 'one-statement'`,
@@ -169,29 +169,21 @@ for (const db of testDatabases) {
           () => 'created',
           (error: unknown) => error,
         );
-      const count = (name: string) => statements.filter((text) => text.includes(`${name}(`)).length;
+      const count = () => statements.filter((text) => text.includes('es_append(')).length;
 
-      // Sent in one tick: the first goes alone, the other 29 wait for it and go as one batch; both
-      // only create streams (set-based).
+      // Sent in one tick: the first goes alone, the other 29 wait for it and go as one batch.
       statements.length = 0;
       const first = await Promise.all(Array.from({ length: 30 }, (_, i) => create(i + 1)));
       expect(first).to.deep.equal(Array(30).fill('created'));
-      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
-        0, 2, 0,
-      ]);
+      expect(count()).to.equal(2);
 
       // The same again, with an append in the middle of the batch that expects Patient 5 to be new:
-      // the batch fails, each of its appends is sent alone and gets its own answer (Patient 5's
-      // from es_append_inline, once its set-based statement found the stream).
+      // the batch is still one statement, and each append gets its own answer from it.
       statements.length = 0;
       const second = await Promise.all([31, 32, 33, 5, 34, 35].map(create));
       expect(second[3]).to.be.instanceOf(WrongExpectedVersion);
       expect(second.filter((answer) => answer === 'created')).to.have.length(5);
-      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
-        1,
-        1 + 1 + 5,
-        0,
-      ]);
+      expect(count()).to.equal(2);
       expect(statements).to.not.include('BEGIN');
 
       // Updates (streams at a known revision) go set-based too, alone and together.
@@ -210,11 +202,9 @@ for (const db of testDatabases) {
         ),
       );
       expect(third).to.deep.equal([1n, 1n, 1n, 1n]);
-      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
-        0, 2, 0,
-      ]);
-      // One of them at a revision its stream has left: the batch fails, each goes alone, and that
-      // one is answered by es_append_inline.
+      expect(count()).to.equal(2);
+      // One of them at a revision its stream has left: answered so, the others written, in two
+      // statements again.
       statements.length = 0;
       const fourth = await Promise.all(
         [6, 7, 1, 8].map((id) =>
@@ -226,7 +216,9 @@ for (const db of testDatabases) {
       );
       expect(fourth[2]).to.be.instanceOf(WrongExpectedVersion);
       expect([fourth[0], fourth[1], fourth[3]]).to.deep.equal([1n, 1n, 1n]);
-      // An append that only checks a stream's revision (no events) goes append by append.
+      expect(count()).to.equal(2);
+      // Appends that check one stream's revision (no events) never travel together: one statement
+      // each.
       statements.length = 0;
       const fifth = await Promise.all(
         [9, 10, 11].map((id) =>
@@ -247,9 +239,7 @@ for (const db of testDatabases) {
         [0n, 1n],
         [0n, 1n],
       ]);
-      expect([count('es_append_inline'), count('es_append_set'), count('es_append_batch')]).to.deep.equal([
-        1, 0, 1,
-      ]);
+      expect(count()).to.equal(3);
       const values = await sql.query<{ id: number; value: string }>(
         `SELECT id, value FROM rm_resource_identifiers WHERE system = 'urn:x' AND id <= 11 ORDER BY id`,
       );
@@ -300,9 +290,8 @@ for (const db of testDatabases) {
       statements.length = 0;
       const ids = Array.from({ length: 12 }, (_, i) => 100 + i);
       const answers = await Promise.all(ids.map(create));
-      // The first alone, the other 11 in one set-based statement.
-      expect(statements.filter((text) => text.includes('es_append_set(')).length).to.equal(2);
-      expect(statements.filter((text) => text.includes('es_append_inline(')).length).to.equal(0);
+      // The first alone, the other 11 in one statement.
+      expect(statements.filter((text) => text.includes('es_append(')).length).to.equal(2);
 
       const written = (await store.readAll({ maxCount: 10_000 })).filter(
         (e) => e.streamName.startsWith('note-') || /^Patient-1\d\d$/.test(e.streamName),
@@ -339,12 +328,8 @@ for (const db of testDatabases) {
       statements.length = 0;
       const again = await store.append(resourceStream('Patient', 200), [event], 'no_stream');
       expect(again).to.deep.equal(first);
-      // The set-based statement found the stream; es_append_inline recognised the replay.
-      expect(
-        statements
-          .filter((text) => /es_append_(set|inline)\(/.test(text))
-          .map((t) => t.match(/es_append_\w+/)![0]),
-      ).to.deep.equal(['es_append_set', 'es_append_inline']);
+      // One statement: es_append recognised the replay.
+      expect(statements.filter((text) => text.includes('es_append(')).length).to.equal(1);
       expect((await store.readStream(resourceStream('Patient', 200))).length).to.equal(1);
       // The same id on another new stream is a conflict, and writes nothing either.
       const conflict = await store
@@ -355,23 +340,13 @@ for (const db of testDatabases) {
       expect(await patientIds(sql)).to.deep.equal([200]);
     });
 
-    it('writes nothing when a set-based batch holds fewer data than events', async () => {
+    it('writes nothing when an append holds fewer data than events', async () => {
       const { sql, store } = await open();
       const error = await sql
         .query(
-          `SELECT es_append_set($1::text[], $2::bigint[], $3::bigint[], $4::uuid[], $5::text[], $6::bigint[],
-             $7::text[], $8::jsonb, $9::json, NULL, '{}', '{}', '[]')`,
-          [
-            ['short-1'],
-            [-1],
-            [1],
-            [uuid(), uuid()],
-            ['short-1', 'short-1'],
-            [0, 1],
-            ['Noted', 'Noted'],
-            '[{},{}]',
-            '[{"n":1}]',
-          ],
+          `SELECT es_append('{1}', '{short-1}', '{-1}', '{2}', $1::uuid[], '{Noted,Noted}', '[{},{}]', '[{"n":1}]',
+             NULL, NULL, NULL, NULL, NULL)`,
+          [[uuid(), uuid()]],
         )
         .catch((e: unknown) => e);
       expect(error).to.have.property('code', '22023');
