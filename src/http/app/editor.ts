@@ -344,8 +344,8 @@ const renderEditor = async (
   }
 <div class="card report">${items || '<p class="hint">This form has no questions.</p>'}</div>
 <p id="cb-live" class="visually-hidden" role="status" aria-live="polite"></p>
-<p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <div class="actions" role="group" aria-label="Report actions">
+<p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <button type="submit" name="action" value="cancel" class="secondary" formnovalidate>Cancel</button>
 <p id="cb-save-status" class="save-status" role="status"${authored && !amending ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
 <span class="spacer"></span>${
