@@ -13,11 +13,12 @@
  * a Questionnaire item: text, prefix, code, required, repeats, readOnly, maxLength, answerOption,
  * answerValueSet, initial, its extensions, and its child items when the item has none.
  *
- * SDC's severities: a definition whose resource resolves but whose element or item does not is an
- * error; one that does not resolve is a warning, unless the item has no text, or is a coded item
- * with no answerOption, answerValueSet or answerExpression — then an error. casebook stores no
- * StructureDefinitions: the resolver finds them only where the caller supplies them. Generating a
- * group's questions from an element's children is not done (a warning says so).
+ * Severities: a definition whose resource resolves but whose element or item does not is an error
+ * (SDC). One that does not resolve is a warning, which says when the item is left without text or
+ * answer list — SDC makes that an error, but casebook stores no StructureDefinitions (the resolver
+ * finds them only where the caller supplies them), so it would refuse every data-element form,
+ * the IG's own modular example among them. Generating a group's questions from an element's
+ * children is not done (a warning says so).
  */
 import { arrayOf, EXT_ANSWER_EXPRESSION, extensionsOf, isObject } from './engine/extensions.js';
 import type { DefinitionResolver, Extension, Json, OperationOutcomeIssue } from './types.js';
@@ -232,11 +233,11 @@ export const applyDefinitions = async (
           arrayOf(item.answerOption).length === 0 &&
           item.answerValueSet === undefined &&
           extensionsOf(item, EXT_ANSWER_EXPRESSION).length === 0);
-      (unusable ? findings.errors : findings.warnings).push(
+      findings.warnings.push(
         issue(
-          unusable ? 'error' : 'warning',
-          unusable ? 'not-found' : 'informational',
-          `the definition ${definition} could not be resolved (casebook holds no StructureDefinitions; a Questionnaire must be readable in the tenant)${unusable ? `, and item '${String(item.linkId)}' is unusable without it (${typeof item.text !== 'string' ? 'no text' : 'no answer list'})` : '; the item is used as it is'}`,
+          'warning',
+          unusable ? 'incomplete' : 'informational',
+          `the definition ${definition} could not be resolved (casebook holds no StructureDefinitions; a Questionnaire must be readable in the tenant)${unusable ? `, and item '${String(item.linkId)}' is left without ${typeof item.text !== 'string' ? 'text' : 'an answer list'}` : '; the item is used as it is'}`,
           where,
         ),
       );
