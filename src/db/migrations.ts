@@ -10,7 +10,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Sql } from './sql.js';
+import { quoteIdentifier, type Sql } from './sql.js';
 
 /** One migration file of a component. */
 export interface Migration {
@@ -48,19 +48,49 @@ const VERSIONS_TABLE = `CREATE TABLE IF NOT EXISTS schema_migrations (
   PRIMARY KEY (component, version)
 )`;
 
-/** The highest version of `component` applied in the current schema (0: none, or no versions table). */
+/**
+ * The highest version of `component` applied in the current schema (0: none, or no versions table).
+ * The versions table is looked up in the current schema only, not along the search path: a
+ * rebuild's schema, put first on the path before the live one (src/projections/rebuild.ts), has
+ * versions of its own (none, until its read models are made in it).
+ */
 export const appliedVersion = async (sql: Sql, component: string): Promise<number> => {
-  // One statement when the table exists (the usual case): a missing table fails it, and then the
-  // schema has no versions at all.
-  const [exists] = await sql.query<{ ok: boolean }>(
-    `SELECT to_regclass('schema_migrations') IS NOT NULL AS ok`,
+  const [found] = await sql.query<{ schema: string; ok: boolean }>(
+    `SELECT current_schema() AS schema,
+            to_regclass(quote_ident(current_schema()) || '.schema_migrations') IS NOT NULL AS ok`,
   );
-  if (!exists?.ok) return 0;
+  if (!found?.ok) return 0;
   const [row] = await sql.query<{ version: number }>(
-    `SELECT coalesce(max(version), 0)::int AS version FROM schema_migrations WHERE component = $1`,
+    `SELECT coalesce(max(version), 0)::int AS version FROM ${quoteIdentifier(found.schema)}.schema_migrations
+      WHERE component = $1`,
     [component],
   );
   return Number(row?.version ?? 0);
+};
+
+/**
+ * Forgets that `component` was migrated in the current schema, so that the next {@link migrate}
+ * applies its files again from version 1: for read models dropped to be made again (a rebuild in
+ * place, src/projections/runner.ts). Nothing happens without a versions table.
+ */
+export const forgetMigrations = async (sql: Sql, component: string): Promise<void> => {
+  if ((await appliedVersion(sql, component)) === 0) return;
+  await sql.query(`DELETE FROM schema_migrations WHERE component = $1`, [component]);
+};
+
+const folders = new Map<string, Migration[]>();
+
+/**
+ * {@link readMigrations} of `folder`, read once per process (a folder's files do not change while
+ * it runs): a rebuild migrates its read models again in a schema of its own.
+ */
+export const migrationsIn = (folder: URL): Migration[] => {
+  let migrations = folders.get(folder.href);
+  if (!migrations) {
+    migrations = readMigrations(folder);
+    folders.set(folder.href, migrations);
+  }
+  return migrations;
 };
 
 /**

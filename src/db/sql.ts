@@ -186,34 +186,6 @@ export const timestampText = (instant: Date): string => {
 export const quoteIdentifier = (name: string): string => pg.escapeIdentifier(name);
 
 /**
- * Creates or replaces the PL/pgSQL function `name` (in the current schema) from `definition`, the
- * whole `CREATE OR REPLACE FUNCTION` statement, unless the function already holds this exact
- * definition: a hash of it is kept as a comment in the body, so a changed definition replaces the
- * old one at the next start. Serialised by an advisory lock, as concurrent replacements of one
- * function fail ("tuple concurrently updated") when several processes start at once.
- * @throws what the statement throws (a syntax error in `definition`).
- */
-export const defineFunction = async (sql: Sql, name: string, definition: string): Promise<void> => {
-  const marker = `casebook definition ${createHash('sha1').update(definition).digest('hex')}`;
-  const present = async (on: Sql) =>
-    (
-      await on.query<{ ok: boolean }>(
-        `SELECT EXISTS (SELECT 1 FROM pg_proc p WHERE p.proname = $1
-                  AND p.pronamespace = current_schema()::regnamespace AND strpos(p.prosrc, $2) > 0) AS ok`,
-        [name, marker],
-      )
-    )[0]?.ok === true;
-  if (await present(sql)) return;
-  const body = definition.indexOf('$fn$');
-  if (body < 0) throw new TypeError(`the definition of ${name} must quote its body with $fn$`);
-  const marked = `${definition.slice(0, body + 4)}\n-- ${marker}\n${definition.slice(body + 4)}`;
-  await sql.transaction(async (tx) => {
-    await tx.query(`SELECT pg_advisory_xact_lock(hashtext('casebook.functions'))`);
-    if (!(await present(tx))) await tx.exec(marked);
-  });
-};
-
-/**
  * Whether `error` ended only the statement that raised it, not the session: an error the server
  * sent at ERROR severity, outside the classes that tell of a lost or closing connection (08
  * connection exception, 57P operator intervention: shutdown, terminated backend).

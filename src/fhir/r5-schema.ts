@@ -17,6 +17,41 @@ let ajv: Ajv | undefined;
 let definitions: Record<string, { allOf?: { 'x-choice'?: string }[] }> | undefined;
 const validators = new Map<string, ValidateFunction>();
 
+/**
+ * Adds the `_element` sibling the R5 JSON format allows on every primitive element (extensions and
+ * id of a primitive value) where the official schema lacks it: it leaves it out for arrays of
+ * `canonical` (`Questionnaire._derivedFrom`, which the SDC IG's examples use; issue 35).
+ */
+interface SchemaProperty {
+  $ref?: string;
+  type?: string;
+  items?: { $ref?: string };
+  description?: string;
+}
+const addPrimitiveExtensions = (
+  defs: Record<string, { properties?: Record<string, SchemaProperty> }>,
+): void => {
+  const primitive = (ref: unknown) =>
+    typeof ref === 'string' &&
+    /^#\/definitions\/[a-z][A-Za-z0-9]*$/.test(ref) &&
+    ref !== '#/definitions/xhtml';
+  for (const definition of Object.values(defs)) {
+    const properties = definition.properties;
+    if (!properties) continue;
+    for (const [name, property] of Object.entries(properties)) {
+      if (name.startsWith('_') || Object.hasOwn(properties, `_${name}`)) continue;
+      if (primitive(property?.$ref))
+        properties[`_${name}`] = { description: `Extensions for ${name}`, $ref: '#/definitions/Element' };
+      else if (property?.type === 'array' && primitive(property.items?.$ref))
+        properties[`_${name}`] = {
+          description: `Extensions for ${name}`,
+          type: 'array',
+          items: { $ref: '#/definitions/Element' },
+        };
+    }
+  }
+};
+
 /** The compiled validator of one resource type (compiled on first use, then kept). */
 const validatorOf = (resourceType: string): ValidateFunction => {
   const known = validators.get(resourceType);
@@ -31,6 +66,7 @@ const validatorOf = (resourceType: string): ValidateFunction => {
     });
     ajv.addMetaSchema(require('ajv/dist/refs/json-schema-draft-06.json'));
     const schema = JSON.parse(schemaJson);
+    addPrimitiveExtensions(schema.definitions);
     definitions = schema.definitions;
     ajv.addSchema({ ...schema, $id: 'r5' });
   }

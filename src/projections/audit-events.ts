@@ -12,7 +12,7 @@ import {
 } from '../domain/audit/audit.js';
 import { agentKeys, auditEventsIn, CLIENT_SYSTEM, outcomeCode, SESSION_SYSTEM } from '../fhir/audit-event.js';
 import { idInReference, MAX_RESOURCE_ID } from '../fhir/references.js';
-import { type ApplyColumn, arrayRows, arrayValues, type Projection } from './projection.js';
+import { type ApplyColumn, arrayRows, arrayValues, migrateReadModel, type Projection } from './projection.js';
 
 type Ref = { reference?: string; identifier?: { system?: string; value?: string } };
 
@@ -129,27 +129,7 @@ const VIEW_NAMES = VIEW_COLUMNS.map((c) => c.name).join(', ');
 export const auditEventsProjection: Projection = {
   name: 'audit-events',
   tables: ['rm_audit_events'],
-  migrate: (sql) =>
-    sql.exec(`CREATE TABLE IF NOT EXISTS rm_audit_events (
-      -- Insertion order: newest first and stable paging, whatever the clocks said.
-      seq bigserial UNIQUE,
-      id uuid PRIMARY KEY,
-      tenant_id integer,
-      recorded timestamptz NOT NULL,
-      action text NOT NULL,
-      outcome text NOT NULL,
-      code text NOT NULL,
-      agents text[] NOT NULL,
-      entities text[] NOT NULL,
-      patients integer[] NOT NULL,
-      -- The AuditRecord (rendered as an AuditEvent when read), or the AuditEvent of an older log.
-      content json NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS rm_audit_events_tenant_seq ON rm_audit_events (tenant_id, seq DESC);
-    CREATE INDEX IF NOT EXISTS rm_audit_events_recorded ON rm_audit_events (tenant_id, recorded);
-    CREATE INDEX IF NOT EXISTS rm_audit_events_patients ON rm_audit_events USING gin (patients);
-    CREATE INDEX IF NOT EXISTS rm_audit_events_entities ON rm_audit_events USING gin (entities);
-    CREATE INDEX IF NOT EXISTS rm_audit_events_agents ON rm_audit_events USING gin (agents);`),
+  migrate: (sql) => migrateReadModel(sql, 'audit-events'),
   handles: (type) => isAuditEventType(type),
   // The AuditEvent is in the log either way: a stopped search view must not stop the service.
   refuseWritesWhenStopped: false,

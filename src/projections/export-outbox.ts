@@ -7,7 +7,7 @@
  * holds the rows still waiting to be queued as the backlog; ExportBacklogDecided releases or skips
  * them. Built only from events: replaying gives the same rows.
  */
-import { defineFunction, type Sql } from '../db/sql.js';
+import type { Sql } from '../db/sql.js';
 import {
   REPORT_EXPORT_ABANDONED,
   REPORT_EXPORT_FAILED,
@@ -30,7 +30,7 @@ import type { ChangedData, CreatedData } from '../domain/fhir/resource.js';
 import { resourceEventKind } from '../domain/fhir/resource.js';
 import type { RecordedEvent } from '../eventstore/port.js';
 import type { ApplyMode, Projection } from './projection.js';
-import { rowsParam } from './projection.js';
+import { migrateReadModel, rowsParam } from './projection.js';
 
 /**
  * Statuses whose report is exported: completed (the original), amended (a correction),
@@ -60,29 +60,7 @@ const storable = (text: string): string => text.replace(/\u0000/g, '\\x00');
 export const exportOutboxProjection: Projection = {
   name: 'export-outbox',
   tables: ['rm_export_outbox'],
-  migrate: async (sql) => {
-    await sql.exec(`CREATE TABLE IF NOT EXISTS rm_export_outbox (
-      tenant_id integer NOT NULL,
-      response_id integer NOT NULL,
-      version_id integer NOT NULL,
-      state text NOT NULL,
-      attempts integer NOT NULL DEFAULT 0,
-      next_attempt_at timestamptz NOT NULL,
-      last_error text,
-      delivered_at timestamptz,
-      PRIMARY KEY (response_id, version_id)
-    );
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS created_at timestamptz;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS export_key text;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS sha256 text;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS queued_at timestamptz;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS round_attempts integer NOT NULL DEFAULT 0;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS round_started_at timestamptz;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS abandoned_reason text;
-    ALTER TABLE rm_export_outbox ADD COLUMN IF NOT EXISTS backlog text;
-    CREATE INDEX IF NOT EXISTS rm_export_outbox_due ON rm_export_outbox (state, next_attempt_at);`);
-    await defineFunction(sql, READ_FUNCTION, READ_DEFINITION);
-  },
+  migrate: (sql) => migrateReadModel(sql, 'export-outbox'),
   handles: (type) =>
     EXPORT_EVENTS.has(type) || resourceEventKind(type)?.resourceType === 'QuestionnaireResponse',
   apply: async (events, tx, mode) => {
@@ -133,20 +111,8 @@ const responseOf = (event: RecordedEvent): number | undefined => {
 // enable_seqscan off: during a rebuild the table grows from empty without statistics, and the
 // plain statement, planned as a scan of the table filtered by the array of ids, cost 11 ms a page
 // at 12,000 reports (docs/performance.md "The export outbox read by key") instead of ~1 ms by key.
+/** Defined in src/projections/sql/export-outbox/001_export_outbox.sql. */
 const READ_FUNCTION = 'rm_export_outbox_read';
-const READ_DEFINITION = `
-CREATE OR REPLACE FUNCTION ${READ_FUNCTION}(ids integer[], lock boolean) RETURNS SETOF json LANGUAGE plpgsql
-  SET enable_seqscan = off AS $fn$
-BEGIN
-  IF lock THEN
-    RETURN QUERY SELECT row_to_json(o) FROM rm_export_outbox o WHERE o.response_id = ANY(ids)
-      ORDER BY o.response_id, o.version_id FOR UPDATE;
-  ELSE
-    RETURN QUERY SELECT row_to_json(o) FROM rm_export_outbox o WHERE o.response_id = ANY(ids)
-      ORDER BY o.response_id, o.version_id;
-  END IF;
-END
-$fn$`;
 
 /**
  * Applies a run of per-report events: reads the rows of the reports it names (locked when

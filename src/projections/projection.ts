@@ -1,4 +1,5 @@
-import { defineFunction, type Sql } from '../db/sql.js';
+import { migrate, migrationsIn } from '../db/migrations.js';
+import type { Sql } from '../db/sql.js';
 import type { PendingEvent, RecordedEvent } from '../eventstore/port.js';
 
 /**
@@ -18,7 +19,11 @@ export interface Projection {
   readonly name: string;
   /** Tables this projection owns; a rebuild drops and recreates them. */
   readonly tables: readonly string[];
-  /** Creates the tables if missing. */
+  /**
+   * Brings its tables, indexes and functions in the current schema to the last version of its
+   * migrations, `.sql` files in src/projections/sql/<name>/ ({@link migrateReadModel};
+   * docs/architecture.md "Projections", "Schema migrations").
+   */
   readonly migrate: (sql: Sql) => Promise<void>;
   /** Whether events of this type change the read model (the others are never passed to `apply`). */
   readonly handles: (eventType: string) => boolean;
@@ -36,7 +41,7 @@ export interface Projection {
    */
   readonly deferred?: boolean;
   /**
-   * The batch as a call of a PL/pgSQL function of one json argument that `migrate` creates, so that
+   * The batch as a call of a PL/pgSQL function of one json argument that its migrations create, so that
    * an append runs it in its own statement (docs/architecture.md "The write pipeline"). `argument`
    * gets the events as `apply` would (of a type it handles, in `$all` order) but may read only
    * their type, data, metadata, stream and revision: their position is not known yet. It returns
@@ -67,12 +72,12 @@ export const rowsParam = (rows: readonly object[]): string => JSON.stringify(row
 export const arrayLiteral = (values: readonly (string | number)[]): string =>
   `{${values.map((v) => (typeof v === 'number' ? String(v) : `"${v.replace(/["\\]/g, '\\$&')}"`)).join(',')}}`;
 
-/** Rows a batch may hold to be applied by a read model's keyed function ({@link defineApplyFunctions}). */
+/** Rows a batch may hold to be applied by a read model's keyed function ({@link applyCall}). */
 const KEYED_BATCH_MAX = 100;
 
 /**
  * A column of rows sent as parallel arrays ({@link arrayRows}) or to an apply function
- * ({@link defineApplyFunctions}): its name (a key of the row objects) and SQL type. A `json` value
+ * ({@link applyCall}): its name (a key of the row objects) and SQL type. A `json` value
  * is any JSON (SQL NULL for null or absent); an array type takes a JavaScript array of integers or
  * strings, or null.
  */
@@ -81,25 +86,9 @@ export interface ApplyColumn {
   readonly type: 'text' | 'integer' | 'boolean' | 'timestamptz' | 'uuid' | 'json' | 'integer[]' | 'text[]';
 }
 
-/**
- * How an apply function receives its rows: `parameters`, its parameter list, and `rows`, a
- * `SELECT` of one row per batch row with the columns by name — to be placed in the body as
- * `WITH input AS (${rows})`.
- */
-export interface ApplyInput {
-  readonly parameters: string;
-  readonly rows: string;
-}
-
 /** The type of a column's parameter as parallel arrays ({@link arrayRows}). */
 const arrayType = (c: ApplyColumn): string =>
   c.type === 'json' ? 'json' : c.type.endsWith('[]') ? 'text[]' : `${c.type}[]`;
-
-/** The keyed form's input: the rows as one JSON document, read by `json_to_recordset`. */
-const jsonInput = (columns: readonly ApplyColumn[]): ApplyInput => ({
-  parameters: 'batch json',
-  rows: `SELECT * FROM json_to_recordset(batch) AS x(${columns.map((c) => `${c.name} ${c.type}`).join(', ')})`,
-});
 
 /**
  * Rows as parallel arrays, one parameter per column, zipped back into rows by `ROWS FROM`: the
@@ -144,44 +133,36 @@ export const arrayValues = (columns: readonly ApplyColumn[], rows: readonly obje
   });
 };
 
-/** The bulk form's input: the rows as parallel arrays ({@link arrayRows}), parameters `c0`, `c1`, … */
-const arraysInput = (columns: readonly ApplyColumn[]): ApplyInput => {
-  const { select, types } = arrayRows(columns, (i) => `c${i}`);
-  return { parameters: types.map((type, i) => `c${i} ${type}`).join(', '), rows: select };
-};
-
 /**
- * Creates a read model's apply function in two forms with one body (docs/architecture.md "Event
- * store", "A small batch reaches its rows by key"): `name(batch json)`, which takes the rows as
- * one JSON document (an inline call's argument, {@link rowsParam}) and runs with
- * `enable_seqscan = off` so that a small batch (an append's, a follower's) reaches its rows by key
- * although the planner counts `json_to_recordset` as 100 rows; and `name_bulk`, which takes the
- * rows as parallel arrays ({@link applyCall}) and leaves the plan to the planner for a rebuild's
- * pages of thousands of rows (where one scan beats thousands of index probes).
- * @param columns the rows' columns, in the order of the bulk form's parameters.
- * @param definition the `CREATE OR REPLACE FUNCTION` statement of a function called `fn` taking
- *   `input.parameters`, with `settings` placed just before its `AS $fn$` (see {@link defineFunction})
- *   and its rows read from `input.rows`.
- * @throws what creating either function throws.
+ * The parameter list of a read model's bulk apply function (`name_bulk(c0 integer[], c1 json, …)`,
+ * in its migration file) for rows of `columns`, as {@link applyCall} passes them: a test holds the
+ * functions in the database to it.
  */
-export const defineApplyFunctions = async (
-  sql: Sql,
-  name: string,
-  columns: readonly ApplyColumn[],
-  definition: (fn: string, settings: string, input: ApplyInput) => string,
-): Promise<void> => {
-  await defineFunction(sql, name, definition(name, 'SET enable_seqscan = off', jsonInput(columns)));
-  // Before 2026-11-27 the bulk form took one json argument, as the keyed one does: that overload goes.
-  await defineFunction(
-    sql,
-    `${name}_bulk`,
-    `DROP FUNCTION IF EXISTS ${name}_bulk(json);\n${definition(`${name}_bulk`, '', arraysInput(columns))}`,
-  );
+export const bulkParameters = (columns: readonly ApplyColumn[]): string =>
+  columns.map((c, i) => `c${i} ${arrayType(c)}`).join(', ');
+
+/** The migration component of read model `name` in `schema_migrations`. */
+export const readModelComponent = (name: string): string => `projection:${name}`;
+
+/**
+ * Brings read model `name`'s schema in the current schema to its last version: the `.sql` files
+ * of src/projections/sql/<name>/, applied in order, each once (src/db/migrations.ts;
+ * docs/architecture.md "Projections", "Schema migrations"). In a rebuild's schema, which has no
+ * versions yet, they all run: the read model is made there as in an empty database.
+ * @throws what a failing migration throws (its transaction is rolled back).
+ */
+export const migrateReadModel = async (sql: Sql, name: string): Promise<void> => {
+  await migrate(sql, readModelComponent(name), migrationsIn(new URL(`./sql/${name}/`, import.meta.url)));
 };
 
 /**
- * The statement that applies `rows` through the functions of {@link defineApplyFunctions}: up to
- * 100 rows the keyed form with one JSON parameter, beyond it the bulk form with parallel arrays.
+ * The statement that applies `rows` through a read model's apply function, which its migration
+ * file defines in two forms with one body (docs/architecture.md "Event store", "A small batch
+ * reaches its rows by key"): up to 100 rows `name(batch json)`, the keyed form, which runs with
+ * `enable_seqscan = off` so that a small batch (an append's, a follower's) reaches its rows by key
+ * although the planner counts `json_to_recordset` as 100 rows; beyond it `name_bulk` with the rows
+ * as parallel arrays ({@link arrayRows}, parameters {@link bulkParameters}), whose plan is the
+ * planner's, for a rebuild's pages of thousands of rows (where one scan beats index probes).
  * @returns the statement (`SELECT fn(...)`) and its parameters.
  */
 export const applyCall = (

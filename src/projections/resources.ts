@@ -16,14 +16,7 @@ import { DEFINITIONS } from '../fhir/definitions.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
 import { SEARCH_PARAMETERS } from '../fhir/search.js';
 import { searchIndexOf } from '../fhir/search-index.js';
-import {
-  type ApplyColumn,
-  type ApplyInput,
-  applyCall,
-  defineApplyFunctions,
-  type Projection,
-  rowsParam,
-} from './projection.js';
+import { type ApplyColumn, applyCall, migrateReadModel, type Projection, rowsParam } from './projection.js';
 
 /** The state of one resource after a batch, written with one statement for the whole batch. */
 export interface ResourceRowChange {
@@ -178,15 +171,15 @@ export const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] 
 // inserted (or update an older row), other changes update rows below their version; identifiers
 // follow every row written. The DELETE and INSERT of identifiers never touch the same row, so they
 // are safe in one statement.
-// Two functions with this body (defineApplyFunctions): rm_resources_apply, for a small batch, reaches
+// Two functions with one body (src/projections/sql/resources/001_resources.sql): rm_resources_apply, for a small batch, reaches
 // its rows by their keys; the planner counts json_to_recordset as 100 rows and, against a table of
 // a few thousand rows, joined the batch by a sequential scan of rm_resources or
 // rm_resource_identifiers (an update at 8,000 Patients: 1.6 ms instead of 80 us).
 // rm_resources_apply_bulk takes a rebuild's pages (a replay ran ~30 % slower with the keyed plan),
 // as parallel arrays.
 const APPLY_FUNCTION = 'rm_resources_apply';
-/** The columns of a {@link ResourceRowChange}, as the apply functions take them. */
-const APPLY_COLUMNS: readonly ApplyColumn[] = [
+/** The columns, in the order of the bulk function's parameters (a test holds them to it), of a {@link ResourceRowChange}, as the apply functions take them. */
+export const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'resource_type', type: 'text' },
   { name: 'id', type: 'integer' },
   { name: 'tenant_id', type: 'integer' },
@@ -205,57 +198,6 @@ const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'search_tokens', type: 'text[]' },
   { name: 'search_dates', type: 'text[]' },
 ];
-const applyDefinition = (fn: string, settings: string, input: ApplyInput) => `
-CREATE OR REPLACE FUNCTION ${fn}(${input.parameters}) RETURNS integer LANGUAGE plpgsql
-  ${settings} AS $fn$
-DECLARE
-  n integer;
-BEGIN
-WITH input AS (${input.rows}),
-inserted AS (
-  INSERT INTO rm_resources (resource_type, id, tenant_id, version_id, content, last_updated, deleted,
-                            patient_id, encounter_id, project, author, practitioner_ids, questionnaire,
-                            search_tokens, search_dates)
-  SELECT resource_type, id, tenant_id, version_id, content, last_updated, deleted, patient_id, encounter_id,
-         project, author, practitioner_ids, questionnaire, search_tokens, search_dates FROM input WHERE created
-  ON CONFLICT (resource_type, id) DO UPDATE SET version_id = EXCLUDED.version_id, content = EXCLUDED.content,
-    last_updated = EXCLUDED.last_updated, deleted = EXCLUDED.deleted, patient_id = EXCLUDED.patient_id,
-    encounter_id = EXCLUDED.encounter_id, practitioner_ids = EXCLUDED.practitioner_ids,
-    questionnaire = EXCLUDED.questionnaire, search_tokens = EXCLUDED.search_tokens,
-    search_dates = EXCLUDED.search_dates
-    WHERE rm_resources.version_id < EXCLUDED.version_id
-  -- xmax is 0 on a row this statement inserted, and set on one it updated instead (a creation
-  -- delivered again): only an updated row can hold identifiers that must go.
-  RETURNING resource_type, id, tenant_id, xmax <> 0 AS replaced),
-updated AS (
-  UPDATE rm_resources r SET version_id = i.version_id, content = coalesce(i.content, r.content),
-    last_updated = i.last_updated, deleted = i.deleted,
-    patient_id = CASE WHEN i.content IS NULL THEN r.patient_id ELSE i.patient_id END,
-    encounter_id = CASE WHEN i.content IS NULL THEN r.encounter_id ELSE i.encounter_id END,
-    practitioner_ids = CASE WHEN i.content IS NULL THEN r.practitioner_ids ELSE i.practitioner_ids END,
-    questionnaire = CASE WHEN i.content IS NULL THEN r.questionnaire ELSE i.questionnaire END,
-    search_tokens = CASE WHEN i.content IS NULL THEN r.search_tokens ELSE i.search_tokens END,
-    search_dates = CASE WHEN i.content IS NULL THEN r.search_dates ELSE i.search_dates END
-  FROM input i
-  WHERE NOT i.created AND r.resource_type = i.resource_type AND r.id = i.id AND r.version_id < i.version_id
-  RETURNING r.resource_type, r.id, r.tenant_id, true AS replaced),
-written AS (SELECT * FROM inserted UNION ALL SELECT * FROM updated),
-wanted AS (
-  SELECT w.resource_type, w.id, w.tenant_id, s.system, s.value
-    FROM written w JOIN input i ON i.resource_type = w.resource_type AND i.id = w.id,
-         json_to_recordset(i.identifiers) AS s(system text, value text)),
-removed AS (
-  DELETE FROM rm_resource_identifiers d USING written w
-   WHERE w.replaced AND d.resource_type = w.resource_type AND d.id = w.id
-     AND NOT EXISTS (SELECT 1 FROM wanted n WHERE n.resource_type = d.resource_type AND n.id = d.id
-                       AND n.tenant_id = d.tenant_id AND n.system = d.system AND n.value = d.value)),
-added AS (
-  INSERT INTO rm_resource_identifiers (resource_type, tenant_id, system, value, id)
-  SELECT resource_type, tenant_id, system, value, id FROM wanted ON CONFLICT DO NOTHING)
-SELECT count(*)::int INTO n FROM written;
-RETURN n;
-END
-$fn$`;
 
 /** Every resource event type (Patient, Encounter, …), from the decider's names. */
 const RESOURCE_EVENT_TYPES = new Set(Object.values(EVENT_NAMES).flatMap(eventTypesOf));
@@ -263,46 +205,7 @@ const RESOURCE_EVENT_TYPES = new Set(Object.values(EVENT_NAMES).flatMap(eventTyp
 export const resourcesProjection: Projection = {
   name: 'resources',
   tables: ['rm_resources', 'rm_resource_identifiers'],
-  migrate: async (sql) => {
-    await sql.exec(`CREATE TABLE IF NOT EXISTS rm_resources (
-      resource_type text NOT NULL,
-      id integer NOT NULL,
-      tenant_id integer NOT NULL,
-      version_id integer NOT NULL,
-      content json NOT NULL,
-      last_updated timestamptz NOT NULL,
-      deleted boolean NOT NULL,
-      patient_id integer,
-      encounter_id integer,
-      project text,
-      author text,
-      practitioner_ids integer[],
-      questionnaire text,
-      search_tokens text[],
-      search_dates text[],
-      PRIMARY KEY (resource_type, id)
-    );
-    -- Read models made before $everything's columns: their rows keep NULL (read from the content,
-    -- see everythingLinksOf) until a rebuild.
-    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS practitioner_ids integer[];
-    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS questionnaire text;
-    -- The search index of the R5 parameters (issue 35): rows written before it are found by those
-    -- parameters once the read model is rebuilt (casebook replay).
-    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS search_tokens text[];
-    ALTER TABLE rm_resources ADD COLUMN IF NOT EXISTS search_dates text[];
-    CREATE INDEX IF NOT EXISTS rm_resources_patient ON rm_resources (tenant_id, patient_id);
-    CREATE INDEX IF NOT EXISTS rm_resources_encounter ON rm_resources (tenant_id, encounter_id);
-    CREATE TABLE IF NOT EXISTS rm_resource_identifiers (
-      resource_type text NOT NULL,
-      tenant_id integer NOT NULL,
-      system text NOT NULL,
-      value text NOT NULL,
-      id integer NOT NULL,
-      PRIMARY KEY (resource_type, tenant_id, system, value, id)
-    );
-    CREATE INDEX IF NOT EXISTS rm_resource_identifiers_resource ON rm_resource_identifiers (resource_type, id);`);
-    await defineApplyFunctions(sql, APPLY_FUNCTION, APPLY_COLUMNS, applyDefinition);
-  },
+  migrate: (sql) => migrateReadModel(sql, 'resources'),
   handles: (type) => RESOURCE_EVENT_TYPES.has(type),
   inline: {
     function: APPLY_FUNCTION,

@@ -21,6 +21,7 @@
 
 import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
+import { forgetMigrations, migrate, migrationsIn } from '../db/migrations.js';
 import type { Sql } from '../db/sql.js';
 import {
   comparePositions,
@@ -37,7 +38,7 @@ import {
   type TransactionalAppends,
   transactionalOf,
 } from '../eventstore/sql-capability.js';
-import type { Projection } from './projection.js';
+import { type Projection, readModelComponent } from './projection.js';
 import {
   createIndexesAndAnalyze,
   dropSecondaryIndexes,
@@ -64,13 +65,10 @@ const DEFERRED_BATCH_INTERVAL_MS = 200;
 /** Longest error text kept in `projection_state.detail`. */
 const MAX_ERROR_LENGTH = 500;
 
-const STATE_TABLE = `CREATE TABLE IF NOT EXISTS projection_state (
-  name text PRIMARY KEY,
-  status text NOT NULL,
-  checkpoint text,
-  detail jsonb,
-  updated_at timestamptz NOT NULL DEFAULT now()
-)`;
+/** Creates `projection_state` in the current schema if missing (src/projections/sql/projection-state/). */
+const migrateState = async (sql: Sql): Promise<void> => {
+  await migrate(sql, 'projection-state', migrationsIn(new URL('./sql/projection-state/', import.meta.url)));
+};
 
 export type ProjectionStatus = 'live' | 'building' | 'stopped';
 
@@ -337,11 +335,12 @@ export class ProjectionRunner {
   }
 
   /**
-   * Creates the state table and every projection's tables if missing; a projection without a
-   * state row starts `building` (from the start of the log).
+   * Brings the state table and every projection's tables and functions to their last version (the
+   * `.sql` files of src/projections/sql/, src/db/migrations.ts); a projection without a state row
+   * starts `building` (from the start of the log).
    */
   async migrate(): Promise<void> {
-    await this.sql.exec(STATE_TABLE);
+    await migrateState(this.sql);
     for (const projection of this.projections) await projection.migrate(this.sql);
     // Inline: a new projection is built from the log before it goes live. Async: it is followed.
     const initial = this.mode === 'inline' ? 'building' : 'live';
@@ -959,7 +958,7 @@ export class ProjectionRunner {
     names: readonly string[] = this.projections.map((p) => p.name),
   ): Promise<RebuildResult> {
     for (const name of names) if (!this.byName.has(name)) throw new Error(`no projection named ${name}`);
-    await this.sql.exec(STATE_TABLE);
+    await migrateState(this.sql);
     if (this.mode === 'async') return this.rebuildInPlace(onProgress, names);
     const projections = names.map((name) => this.byName.get(name)!);
     const result = await rebuildBeside({
@@ -1004,6 +1003,8 @@ export class ProjectionRunner {
       for (const name of names) {
         const projection = this.byName.get(name)!;
         for (const table of projection.tables) await tx.exec(`DROP TABLE IF EXISTS ${table} CASCADE`);
+        // Made again from version 1 of its migrations (their functions are replaced alike).
+        await forgetMigrations(tx, readModelComponent(name));
         await projection.migrate(tx);
         await tx.query(
           `INSERT INTO projection_state (name, status, checkpoint, detail) VALUES ($1, 'live', NULL, NULL)

@@ -3,14 +3,7 @@
 import { bumpSequence } from '../db/sequences.js';
 import type { SessionCreatedData, SessionEvent } from '../domain/session/session.js';
 import type { PendingEvent } from '../eventstore/port.js';
-import {
-  type ApplyColumn,
-  type ApplyInput,
-  applyCall,
-  defineApplyFunctions,
-  type Projection,
-  rowsParam,
-} from './projection.js';
+import { type ApplyColumn, applyCall, migrateReadModel, type Projection, rowsParam } from './projection.js';
 
 /** The state of one session after a batch. */
 export interface SessionRowChange {
@@ -75,12 +68,12 @@ const SESSION_EVENTS = new Set(['SessionCreated', 'SessionHandedOver', 'SessionE
 
 // Creations are inserted (or update an older row); other changes update rows below their revision.
 // A function, so that an append can run it in its own statement (Projection.inline).
-// Two functions with this body (defineApplyFunctions), as rm_resources_apply: a small batch reaches
+// Two functions with one body (src/projections/sql/sessions/001_sessions.sql), as rm_resources_apply: a small batch reaches
 // its rows by key, not by the scan of rm_sessions the planner prefers while it takes the batch for
 // 100 rows; a rebuild's large pages go to rm_sessions_apply_bulk.
 const APPLY_FUNCTION = 'rm_sessions_apply';
-/** The columns of a {@link SessionRowChange}, as the apply functions take them. */
-const APPLY_COLUMNS: readonly ApplyColumn[] = [
+/** The columns, in the order of the bulk function's parameters (a test holds them to it), of a {@link SessionRowChange}, as the apply functions take them. */
+export const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'id', type: 'integer' },
   { name: 'revision', type: 'integer' },
   { name: 'created', type: 'json' },
@@ -88,55 +81,11 @@ const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'cookie_hash', type: 'text' },
   { name: 'last_modified_at', type: 'timestamptz' },
 ];
-const applyDefinition = (fn: string, settings: string, input: ApplyInput) => `
-CREATE OR REPLACE FUNCTION ${fn}(${input.parameters}) RETURNS void LANGUAGE plpgsql
-  ${settings} AS $fn$
-BEGIN
-WITH given AS (${input.rows}),
-input AS (SELECT g.*, (g.created->>'tenantId')::int AS tenant_id FROM given g),
-inserted AS (
-  INSERT INTO rm_sessions (id, tenant_id, client_id, user_id, patient_id, encounter_id, scopes, deployment_mode,
-    post_submit_redirect, post_cancel_redirect, status, cookie_hash, created_at, last_modified_at, expires_at, revision)
-  SELECT id, tenant_id, created->>'clientId', (created->>'userId')::int, (created->>'patientId')::int,
-         (created->>'encounterId')::int, (created->'scopes')::jsonb, created->>'deploymentMode',
-         created->>'postSubmitRedirect', created->>'postCancelRedirect', status, cookie_hash,
-         (created->>'createdAt')::timestamptz, last_modified_at, (created->>'expiresAt')::timestamptz, revision
-    FROM input WHERE created IS NOT NULL
-  ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, cookie_hash = EXCLUDED.cookie_hash,
-    last_modified_at = EXCLUDED.last_modified_at, revision = EXCLUDED.revision
-    WHERE rm_sessions.revision < EXCLUDED.revision
-  RETURNING id)
-UPDATE rm_sessions s SET status = i.status, cookie_hash = i.cookie_hash, last_modified_at = i.last_modified_at,
-  revision = i.revision
-  FROM input i WHERE i.created IS NULL AND s.id = i.id AND s.revision < i.revision;
-END
-$fn$`;
 
 export const sessionsProjection: Projection = {
   name: 'sessions',
   tables: ['rm_sessions'],
-  migrate: async (sql) => {
-    await sql.exec(`CREATE TABLE IF NOT EXISTS rm_sessions (
-      id integer PRIMARY KEY,
-      tenant_id integer NOT NULL,
-      client_id text NOT NULL,
-      user_id integer NOT NULL,
-      patient_id integer,
-      encounter_id integer,
-      scopes jsonb NOT NULL,
-      deployment_mode text NOT NULL,
-      post_submit_redirect text,
-      post_cancel_redirect text,
-      status text NOT NULL,
-      cookie_hash text UNIQUE,
-      created_at timestamptz NOT NULL,
-      last_modified_at timestamptz NOT NULL,
-      expires_at timestamptz NOT NULL,
-      revision integer NOT NULL DEFAULT 0
-    );
-    CREATE INDEX IF NOT EXISTS rm_sessions_tenant ON rm_sessions (tenant_id);`);
-    await defineApplyFunctions(sql, APPLY_FUNCTION, APPLY_COLUMNS, applyDefinition);
-  },
+  migrate: (sql) => migrateReadModel(sql, 'sessions'),
   handles: (type) => SESSION_EVENTS.has(type),
   inline: {
     function: APPLY_FUNCTION,

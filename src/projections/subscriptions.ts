@@ -10,39 +10,12 @@
 import type { Sql } from '../db/sql.js';
 import { SUBSCRIPTION_EVENT_TYPES, type SubscriptionEvent } from '../domain/subscription/subscription.js';
 import { positionToString, type RecordedEvent } from '../eventstore/port.js';
-import type { Projection } from './projection.js';
+import { migrateReadModel, type Projection } from './projection.js';
 
 export const subscriptionsProjection: Projection = {
   name: 'subscriptions',
   tables: ['rm_subscriptions', 'rm_subscription_notifications'],
-  migrate: (sql) =>
-    sql.exec(`CREATE TABLE IF NOT EXISTS rm_subscriptions (
-      id text PRIMARY KEY,
-      tenant_id integer NOT NULL,
-      owner text NOT NULL,
-      status text NOT NULL,
-      resource json NOT NULL,
-      version integer NOT NULL,
-      last_updated timestamptz NOT NULL,
-      created_position text NOT NULL,
-      events_since integer NOT NULL DEFAULT 0,
-      delivered_through integer NOT NULL DEFAULT 0,
-      failed_attempts integer NOT NULL DEFAULT 0,
-      next_attempt_at timestamptz NOT NULL,
-      failing_since timestamptz,
-      last_error text,
-      last_delivered_at timestamptz,
-      revision integer NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS rm_subscriptions_tenant ON rm_subscriptions (tenant_id, status);
-    CREATE TABLE IF NOT EXISTS rm_subscription_notifications (
-      subscription_id text NOT NULL,
-      event_number integer NOT NULL,
-      stream_revision bigint NOT NULL,
-      decided_at timestamptz NOT NULL,
-      delivered_at timestamptz,
-      PRIMARY KEY (subscription_id, event_number)
-    );`),
+  migrate: (sql) => migrateReadModel(sql, 'subscriptions'),
   handles: (type) => SUBSCRIPTION_EVENT_TYPES.has(type),
   // Subscriptions change at the pace of reports: one statement per event, guarded by the revision.
   apply: async (events, tx) => {

@@ -2,25 +2,14 @@
 import { bumpSequence } from '../db/sequences.js';
 import type { ClientEvent } from '../domain/client/client.js';
 import type { TenantEvent } from '../domain/tenant/tenant.js';
-import type { Projection } from './projection.js';
+import { migrateReadModel, type Projection } from './projection.js';
 
 const json = (value: unknown) => JSON.stringify(value);
 
 export const tenantsProjection: Projection = {
   name: 'tenants',
   tables: ['rm_tenants'],
-  migrate: (sql) =>
-    sql.exec(`CREATE TABLE IF NOT EXISTS rm_tenants (
-      id integer PRIMARY KEY,
-      name text NOT NULL,
-      ehr_managed boolean NOT NULL,
-      allowed_scopes jsonb NOT NULL,
-      redirect_origins jsonb NOT NULL,
-      created_at timestamptz NOT NULL,
-      updated_at timestamptz NOT NULL,
-      revision integer NOT NULL DEFAULT 0
-    );
-    CREATE UNIQUE INDEX IF NOT EXISTS rm_tenants_name ON rm_tenants (lower(name));`),
+  migrate: (sql) => migrateReadModel(sql, 'tenants'),
   handles: (type) => type === 'TenantCreated' || type === 'TenantSettingsChanged',
   // Tenants change rarely: one statement per event, guarded by the stream revision.
   apply: async (events, tx, mode) => {
@@ -66,17 +55,7 @@ export const tenantsProjection: Projection = {
 export const apiClientsProjection: Projection = {
   name: 'api_clients',
   tables: ['rm_api_clients'],
-  migrate: (sql) =>
-    sql.exec(`CREATE TABLE IF NOT EXISTS rm_api_clients (
-      client_id text PRIMARY KEY,
-      tenant_id integer NOT NULL,
-      secret_hash text NOT NULL,
-      scopes jsonb NOT NULL,
-      projects jsonb NOT NULL,
-      created_at timestamptz NOT NULL,
-      updated_at timestamptz NOT NULL,
-      revision integer NOT NULL DEFAULT 0
-    )`),
+  migrate: (sql) => migrateReadModel(sql, 'api_clients'),
   handles: (type) =>
     type === 'ApiClientRegistered' ||
     type === 'ApiClientSecretRotated' ||

@@ -16,11 +16,14 @@
  *   launchContext move onto the display item's parent item (onto the root at top level), its
  *   launchContexts onto the root when the root lacks that name, its contained resources into the
  *   root (an id already used by another resource is an error).
+ * - Items with a `definition` take what they lack from the ElementDefinition or library item it
+ *   names (src/sdc/assemble-definitions.ts; SDC "Data Element-based Questionnaires").
  * - The result: `assemble-expectation` of an `assemble-*` code removed, one `assembledFrom` per
  *   sub-Questionnaire used (`url|version`), `version` suffixed `-assembled`, no `id` or `meta`
  *   (a new resource). Its Questionnaire rules (engine/definition-rules.ts) that fail are warnings
  *   (SDC: "if the resulting Questionnaire is not valid, return a warning").
  */
+import { applyDefinitions } from './assemble-definitions.js';
 import type { EvaluationBudget } from './budget.js';
 import { questionnaireProblems } from './engine/definition-rules.js';
 import {
@@ -32,7 +35,14 @@ import {
   isObject,
 } from './engine/extensions.js';
 import { evaluateFhirPath, FhirPathError } from './fhirpath.js';
-import type { CanonicalResolver, Extension, Json, OperationOutcomeIssue, Questionnaire } from './types.js';
+import type {
+  CanonicalResolver,
+  DefinitionResolver,
+  Extension,
+  Json,
+  OperationOutcomeIssue,
+  Questionnaire,
+} from './types.js';
 
 const SDC = 'http://hl7.org/fhir/uv/sdc/StructureDefinition/';
 export const EXT_SUB_QUESTIONNAIRE = `${SDC}sdc-questionnaire-subQuestionnaire`;
@@ -275,7 +285,11 @@ const insert = async (
 export const assembleQuestionnaire = async (
   questionnaire: Questionnaire,
   resolve: CanonicalResolver,
-  options: { readonly budget?: EvaluationBudget } = {},
+  options: {
+    readonly budget?: EvaluationBudget;
+    /** Resolves items' `definition`s; without it, Questionnaires through `resolve` and no StructureDefinition. */
+    readonly resolveDefinition?: DefinitionResolver;
+  } = {},
 ): Promise<Assembled> => {
   const run: Run = {
     resolve,
@@ -303,6 +317,14 @@ export const assembleQuestionnaire = async (
     'Questionnaire',
     self,
   );
+  // Items carrying `definition` take what they lack from it (src/sdc/assemble-definitions.ts).
+  const definitions = await applyDefinitions(
+    items,
+    options.resolveDefinition ??
+      ((type, canonical) =>
+        type === 'Questionnaire' ? resolve('Questionnaire', canonical) : Promise.resolve(undefined)),
+  );
+  run.errors.push(...definitions.errors);
   if (run.errors.length > 0) throw new AssemblyFailed(run.errors);
   const { id: _id, meta: _meta, ...rest } = questionnaire;
   const extension = [
@@ -327,13 +349,16 @@ export const assembleQuestionnaire = async (
     ...(questionnaire.item !== undefined ? { item: items as Questionnaire['item'] } : {}),
   };
   if (extension.length === 0) delete assembled.extension;
-  const issues = questionnaireProblems(assembled).map(
-    (p): OperationOutcomeIssue => ({
-      severity: 'warning',
-      code: 'invariant',
-      diagnostics: `the assembled Questionnaire breaks ${p.diagnostics}`,
-      expression: [p.expression],
-    }),
-  );
+  const issues = [
+    ...definitions.warnings,
+    ...questionnaireProblems(assembled).map(
+      (p): OperationOutcomeIssue => ({
+        severity: 'warning',
+        code: 'invariant',
+        diagnostics: `the assembled Questionnaire breaks ${p.diagnostics}`,
+        expression: [p.expression],
+      }),
+    ),
+  ];
   return { questionnaire: assembled, issues };
 };

@@ -109,3 +109,55 @@ export const parseQuery = (
   const search = question < 0 ? '' : relative.slice(question + 1);
   return { type: path, parameters: [...new URLSearchParams(search)] };
 };
+
+/** What {@link runFhirQuery} needs: the runner, the request's budget and casebook's own bases. */
+export interface QueryRun {
+  readonly query: FhirQueryRunner;
+  readonly budget: QueryBudget;
+  readonly bases: readonly string[];
+}
+
+/**
+ * Runs one x-fhir-query (issue 35; docs/interface.md §4.4 "Queries"): its `{{…}}` expanded by
+ * `evaluate`, parsed ({@link parseQuery}), then searched by the runner with at most
+ * {@link QUERY_MAX_COUNT} matches, charged to the request's {@link QueryBudget} (one query, and the
+ * milliseconds it took). The one way $populate's variables, itemPopulationContext, sourceQueries
+ * and the answerExpression/candidateExpression of src/sdc/answer-expression.ts run a query.
+ * @returns the `searchset` Bundle.
+ * @throws {FhirQueryError} `too-costly` when the budget is used up (nothing is run), else what
+ *   expansion, parsing or the runner throws; a FHIRPath error of an embedded expression as it is.
+ */
+export const runFhirQuery = async (
+  run: QueryRun,
+  template: string,
+  evaluate: (expression: string) => unknown[],
+): Promise<Json> => {
+  const { budget } = run;
+  if (budget.remainingMs <= 0 || budget.remainingQueries <= 0)
+    throw new FhirQueryError(
+      `the request's query budget is used up (at most ${budget.remainingQueries <= 0 ? `${MAX_QUERIES_PER_REQUEST} queries` : `${QUERY_BUDGET_MS} ms of queries`}); '${template}' is not run`,
+      'too-costly',
+    );
+  const expanded = expandQuery(template, evaluate);
+  const { type, parameters } = parseQuery(expanded, run.bases);
+  budget.remainingQueries -= 1;
+  const started = performance.now();
+  try {
+    return await run.query(type, parameters, QUERY_MAX_COUNT);
+  } finally {
+    budget.remainingMs -= performance.now() - started;
+  }
+};
+
+/** The resources a `searchset` Bundle matched (not those `_include` added), in order. */
+export const matchesOf = (bundle: Json | undefined): Json[] =>
+  (Array.isArray(bundle?.entry) ? (bundle.entry as unknown[]) : []).flatMap((e) => {
+    if (e === null || typeof e !== 'object') return [];
+    const entry = e as { resource?: unknown; search?: { mode?: unknown } };
+    return entry.resource !== null &&
+      typeof entry.resource === 'object' &&
+      !Array.isArray(entry.resource) &&
+      entry.search?.mode !== 'include'
+      ? [entry.resource as Json]
+      : [];
+  });

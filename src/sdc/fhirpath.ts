@@ -50,18 +50,40 @@ export class FhirPathError extends Error {
   }
 }
 
-const clockFunctions = (now: Date) => {
+/** What `today()`, `now()` and `timeOfDay()` answer for one instant (fhirpath.js's internal values). */
+interface Clock {
+  readonly today: unknown[];
+  readonly instant: unknown[];
+  readonly time: unknown[];
+}
+
+/** Clocks by ISO instant: a request passes one `now` to every evaluation, parsed once (a few kept). */
+const clocks = new Map<string, Clock>();
+const clockAt = (now: Date): Clock => {
   const iso = now.toISOString();
+  const known = clocks.get(iso);
+  if (known) return known;
   const literal = (text: string) =>
     fhirpath.evaluate({}, text, {}, r5model, { resolveInternalTypes: false }) as unknown[];
-  const today = literal(`@${iso.slice(0, 10)}`);
-  const instant = literal(`@${iso}`);
-  const time = literal(`@T${iso.slice(11, 23)}`);
-  return {
-    today: { fn: () => today },
-    now: { fn: () => instant },
-    timeOfDay: { fn: () => time },
+  const clock = {
+    today: literal(`@${iso.slice(0, 10)}`),
+    instant: literal(`@${iso}`),
+    time: literal(`@T${iso.slice(11, 23)}`),
   };
+  if (clocks.size >= 16) clocks.delete(clocks.keys().next().value as string);
+  clocks.set(iso, clock);
+  return clock;
+};
+
+/**
+ * The clock of the evaluation running now (evaluations are synchronous, one at a time): its
+ * caller's `now`, else the wall clock read once when the expression first asks.
+ */
+let evaluationNow: Date | undefined;
+let evaluationClock: Clock | undefined;
+const currentClock = (): Clock => {
+  evaluationClock ??= clockAt(evaluationNow ?? new Date());
+  return evaluationClock;
 };
 
 /** The single string of a function's input collection; undefined when empty (fhirpath.js's singleton). */
@@ -120,6 +142,40 @@ const RE2_FUNCTIONS = {
   },
 };
 
+/** fhirpath.js's functions as casebook runs them: regexes on RE2, the clock of {@link currentClock}. */
+const USER_FUNCTIONS = {
+  ...RE2_FUNCTIONS,
+  today: { fn: () => currentClock().today },
+  now: { fn: () => currentClock().instant },
+  timeOfDay: { fn: () => currentClock().time },
+};
+
+type Compiled = (resource: unknown, env: FhirPathEnv) => unknown;
+/**
+ * Compiled expressions by base, result mode and text (issue 35): a form evaluates the same
+ * expressions on every $populate, $validate and editor page, and parsing is most of the cost of a
+ * simple expression. Bounded; the oldest entry goes first.
+ */
+const compiled = new Map<string, Compiled>();
+const COMPILED_MAX = 2000;
+const compiledFor = (
+  expression: string,
+  base: string | undefined,
+  resolveInternalTypes: boolean,
+): Compiled => {
+  const key = `${resolveInternalTypes ? 1 : 0}|${base ?? ''}|${expression}`;
+  const known = compiled.get(key);
+  if (known) return known;
+  const path = base ? { base, expression } : expression;
+  const fn = fhirpath.compile(path as never, r5model, {
+    resolveInternalTypes,
+    userInvocationTable: USER_FUNCTIONS,
+  } as never) as unknown as Compiled;
+  if (compiled.size >= COMPILED_MAX) compiled.delete(compiled.keys().next().value as string);
+  compiled.set(key, fn);
+  return fn;
+};
+
 const run = (
   resource: unknown,
   expression: string,
@@ -128,16 +184,12 @@ const run = (
   resolveInternalTypes: boolean,
 ): unknown[] => {
   try {
-    const path = options.base ? { base: options.base, expression } : expression;
-    const userInvocationTable = options.now
-      ? { ...RE2_FUNCTIONS, ...clockFunctions(options.now) }
-      : RE2_FUNCTIONS;
     const result: unknown = runWithinBudget(
-      () =>
-        fhirpath.evaluate(resource as object, path, env as never, r5model, {
-          resolveInternalTypes,
-          userInvocationTable,
-        } as never),
+      () => {
+        evaluationNow = options.now;
+        evaluationClock = undefined;
+        return compiledFor(expression, options.base, resolveInternalTypes)(resource as object, env);
+      },
       options.budget,
       expression,
     );

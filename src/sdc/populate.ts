@@ -6,10 +6,19 @@
  * src/sdc/fhirpath.ts. An expression that fails or answers the wrong type is a warning in
  * `issues`, never a failure.
  */
+import {
+  type ComputedAnswers,
+  type ComputedOption,
+  computeAnswers,
+  isComputedOption,
+  optionText,
+} from './answer-expression.js';
 import type { EvaluationBudget } from './budget.js';
 import { answersFromResults, valueXOf } from './engine/answers.js';
 import {
+  EXT_ANSWER_EXPRESSION,
   EXT_CALCULATED_EXPRESSION,
+  EXT_CANDIDATE_EXPRESSION,
   EXT_INITIAL_EXPRESSION,
   EXT_ITEM_POPULATION_CONTEXT,
   EXT_LAUNCH_CONTEXT,
@@ -20,12 +29,10 @@ import { defineForm, runForm } from './engine/index.js';
 import { answerKeyOf, syntaxProblem } from './engine/values.js';
 import { membersOf, resolveAnswerValueSets } from './engine/valuesets.js';
 import {
-  expandQuery,
   FhirQueryError,
   type FhirQueryRunner,
-  parseQuery,
-  QUERY_MAX_COUNT,
   QueryBudget,
+  runFhirQuery,
   X_FHIR_QUERY,
 } from './fhir-query.js';
 import {
@@ -103,6 +110,11 @@ export interface PopulateInput {
 export interface PopulateResult {
   readonly response: QuestionnaireResponse;
   readonly issues: OperationOutcome;
+  /**
+   * The candidates of each item with a candidateExpression (SDC population: offered to the person
+   * filling the form, none answered), by linkId; also reported as `information` issues.
+   */
+  readonly candidates: ReadonlyMap<string, readonly ComputedOption[]>;
 }
 
 interface ValueExpression {
@@ -141,8 +153,13 @@ const valueExpressionOf = (ext: Extension): ValueExpression | undefined =>
 /** Collects warnings in order, once each. */
 class Issues {
   private readonly seen = new Map<string, OperationOutcomeIssue>();
-  add(code: string, diagnostics: string, expression: string): void {
-    const issue: OperationOutcomeIssue = { severity: 'warning', code, diagnostics, expression: [expression] };
+  add(
+    code: string,
+    diagnostics: string,
+    expression: string,
+    severity: OperationOutcomeIssue['severity'] = 'warning',
+  ): void {
+    const issue: OperationOutcomeIssue = { severity, code, diagnostics, expression: [expression] };
     const key = JSON.stringify(issue);
     if (!this.seen.has(key)) this.seen.set(key, issue);
   }
@@ -302,6 +319,16 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   const queryBudget = input.queryBudget ?? new QueryBudget();
   /** Variables whose query was not run for want of budget: the items using them are named. */
   const unfunded = new Map<string, string>();
+  /**
+   * Does `expression` read a variable whose query was not run for want of budget (or one computed
+   * from such a variable)? Its result would be built on nothing — a count of 0 where nothing was
+   * counted — so it is not evaluated (issue 35: the items are named instead, {@link reportUnfilled}).
+   */
+  const derivedUnfunded = new Set<string>();
+  const readsUnfunded = (expression: string | undefined): boolean =>
+    typeof expression === 'string' &&
+    (unfunded.size > 0 || derivedUnfunded.size > 0) &&
+    expressionReferences(expression).variables.some((v) => unfunded.has(v) || derivedUnfunded.has(v));
 
   /**
    * Runs one x-fhir-query (its `{{…}}` evaluated on `focus`/`env`) and answers its searchset
@@ -320,17 +347,9 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
       sink.add('not-supported', `${label}: ${X_FHIR_QUERY} is not supported here; it is ignored`, path);
       return undefined;
     }
-    if (queryBudget.remainingMs <= 0 || queryBudget.remainingQueries <= 0) {
-      if (variable) unfunded.set(variable, path);
-      sink.add(
-        'too-costly',
-        `${label}: the request's query budget is used up (at most ${queryBudget.remainingQueries <= 0 ? 'the allowed number of queries' : 'its time'}); '${template}' is not run`,
-        path,
-      );
-      return undefined;
-    }
     try {
-      const expanded = expandQuery(
+      return await runFhirQuery(
+        { query: input.query, budget: queryBudget, bases: input.fhirBases ?? [] },
         template,
         (expression) =>
           memberPath(expression, env) ??
@@ -341,17 +360,11 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
             { ...options, ...(focus.base ? { base: focus.base } : {}) },
           ),
       );
-      const { type, parameters } = parseQuery(expanded, input.fhirBases ?? []);
-      queryBudget.remainingQueries -= 1;
-      const started = performance.now();
-      try {
-        return await input.query(type, parameters, QUERY_MAX_COUNT);
-      } finally {
-        queryBudget.remainingMs -= performance.now() - started;
-      }
     } catch (error) {
-      if (error instanceof FhirQueryError) sink.add(error.code, `${label}: ${error.message}`, path);
-      else if (error instanceof FhirPathError)
+      if (error instanceof FhirQueryError) {
+        if (error.code === 'too-costly' && variable) unfunded.set(variable, path);
+        sink.add(error.code, `${label}: ${error.message}`, path);
+      } else if (error instanceof FhirPathError)
         sink.add(
           'processing',
           `${label}: an embedded expression of '${template}' failed: ${error.message}`,
@@ -391,6 +404,11 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
           expr.name,
         );
         scope[expr.name] = bundle ? [bundle] : [];
+        continue;
+      }
+      if (readsUnfunded(expr.expression)) {
+        derivedUnfunded.add(expr.name);
+        scope[expr.name] = [];
         continue;
       }
       const result = evaluate(`variable %${expr.name}`, expr, focus, scope, path, sink);
@@ -553,6 +571,39 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     suppliedNames,
   );
 
+  // answerExpression and candidateExpression (issue 35; SDC "Expressions"): computed once, on the
+  // response root with the launch contexts and root variables, queries within the same budget.
+  const computeOptions = {
+    response: response as Json,
+    environment: rootEnv,
+    ...(input.query
+      ? { queries: { query: input.query, budget: queryBudget, bases: input.fhirBases ?? [] } }
+      : {}),
+    ...options,
+  };
+  const permitted = await computeAnswers(questionnaire, EXT_ANSWER_EXPRESSION, computeOptions);
+  const candidates = await computeAnswers(questionnaire, EXT_CANDIDATE_EXPRESSION, computeOptions);
+  const reportComputed = (computed: ComputedAnswers) => {
+    for (const issue of computed.issues)
+      issues.add(issue.code, issue.diagnostics ?? '', issue.expression?.[0] ?? 'Questionnaire');
+  };
+  reportComputed(permitted);
+  reportComputed(candidates);
+  /** Answers an answerExpression does not permit are left out (as answerOption does, issue 35). */
+  const permittedAnswers = (item: QuestionnaireItem, answers: Answer[], path: string): Answer[] => {
+    const list = permitted.options.get(item.linkId);
+    if (!list) return answers;
+    return answers.filter((answer) => {
+      if (isComputedOption(list, answer as Record<string, unknown>)) return true;
+      issues.add(
+        'value',
+        `the initial value ${optionText(answer as ComputedOption)} of item '${item.linkId}' is not one of the answers its answerExpression permits; the value is ignored`,
+        path,
+      );
+      return false;
+    });
+  };
+
   /** Builds the response items of `qItems` into `out`, returning their nodes. */
   const build = async (
     qItems: unknown,
@@ -597,7 +648,7 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
           if (children.length > 0) qrItem.item = children;
           continue;
         }
-        const answers = initialAnswers(qItem, path, focus, scope);
+        const answers = permittedAnswers(qItem, initialAnswers(qItem, path, focus, scope), path);
         if (answers.length === 0) continue;
         qrItem.answer = answers;
         if (arrayOf(qItem.item).length > 0)
@@ -677,6 +728,8 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
     env: FhirPathEnv,
   ): Answer[] => {
     const [initial] = extensionsOf(qItem, POPULATE_EXTENSIONS.initialExpression);
+    if (initial && readsUnfunded(valueExpressionOf(initial.ext)?.expression))
+      return staticAnswers(qItem, path);
     if (initial) {
       const result = evaluate('initialExpression', valueExpressionOf(initial.ext), focus, env, path, issues);
       const answers = result
@@ -730,7 +783,40 @@ export const populate = async (input: PopulateInput): Promise<PopulateResult> =>
   });
   if (prunedRoot.length === 0) delete response.item;
   else response.item = prunedRoot;
-  return { response, issues: { resourceType: 'OperationOutcome', issue: issues.list() } };
+  for (const [linkId, list] of candidates.options) {
+    const at = questionnairePathOf(questionnaire, linkId);
+    issues.add(
+      'informational',
+      list.length === 0
+        ? `item '${linkId}': its candidateExpression offers no candidates`
+        : `item '${linkId}': ${list.length} candidate${list.length === 1 ? '' : 's'} offered by its candidateExpression, none answered: ${list
+            .slice(0, 10)
+            .map(optionText)
+            .join('; ')}${list.length > 10 ? '; …' : ''}`,
+      at,
+      'information',
+    );
+  }
+  return {
+    response,
+    issues: { resourceType: 'OperationOutcome', issue: issues.list() },
+    candidates: candidates.options,
+  };
+};
+
+/** The FHIRPath of the first item with `linkId` (`Questionnaire.item[1].item[0]`). */
+const questionnairePathOf = (questionnaire: Questionnaire, linkId: string): string => {
+  const visit = (items: unknown, parent: string): string | undefined => {
+    for (const [index, item] of arrayOf<QuestionnaireItem>(items).entries()) {
+      if (!isObject(item)) continue;
+      const path = `${parent}.item[${index}]`;
+      if (item.linkId === linkId) return path;
+      const inner = visit(item.item, path);
+      if (inner) return inner;
+    }
+    return undefined;
+  };
+  return visit(questionnaire.item, 'Questionnaire') ?? 'Questionnaire';
 };
 
 /** Whether a response item holds an answer, itself or in any item beneath it. */
@@ -775,6 +861,15 @@ const reportUnfilled = (
   issues: Issues,
 ) => {
   if (unfunded.size === 0) return;
+  // A root FHIRPath variable computed from an unqueried one is empty too: its readers are named
+  // under the query variable it came from.
+  const origin = new Map<string, string>([...unfunded.keys()].map((name) => [name, name]));
+  for (const { ext } of extensionsOf(questionnaire, POPULATE_EXTENSIONS.variable)) {
+    const expr = valueExpressionOf(ext);
+    if (!expr?.name || typeof expr.expression !== 'string' || expr.language === X_FHIR_QUERY) continue;
+    const from = expressionReferences(expr.expression).variables.find((v) => origin.has(v));
+    if (from !== undefined && !origin.has(expr.name)) origin.set(expr.name, origin.get(from)!);
+  }
   const dependent = new Map<string, string[]>();
   const visit = (items: unknown) => {
     for (const item of arrayOf<QuestionnaireItem>(items)) {
@@ -785,8 +880,8 @@ const reportUnfilled = (
           .filter((e): e is string => typeof e === 'string')
           .flatMap((e) => expressionReferences(e).variables),
       );
-      for (const name of unfunded.keys())
-        if (read.has(name)) dependent.set(name, [...(dependent.get(name) ?? []), String(item.linkId)]);
+      const sources = new Set([...read].flatMap((v) => (origin.has(v) ? [origin.get(v)!] : [])));
+      for (const name of sources) dependent.set(name, [...(dependent.get(name) ?? []), String(item.linkId)]);
       visit(item.item);
     }
   };

@@ -92,3 +92,12 @@ export type CanonicalResolver = (
   resourceType: 'ValueSet' | 'Questionnaire',
   canonical: string,
 ) => Promise<Json | undefined>;
+
+/**
+ * Resolves the canonical of an item's `definition` (SDC modular forms, $assemble): a Questionnaire
+ * of the tenant, or a StructureDefinition where one is available (casebook stores none).
+ */
+export type DefinitionResolver = (
+  resourceType: 'Questionnaire' | 'StructureDefinition',
+  canonical: string,
+) => Promise<Json | undefined>;

@@ -8,15 +8,21 @@
  * enablement (engine/enablement.ts: enableWhen, enableBehavior, SDC enableWhenExpression, repeats,
  * cycles) and the answer checks (engine/checks.ts: required, repeats, types and syntax,
  * answerOption/answerConstraint, answerValueSet, maxLength, minLength, regex, minValue, maxValue,
- * maxDecimalPlaces, units, questionnaire-constraint). $validate does not calculate: it checks the
- * response it is given.
+ * maxDecimalPlaces, units, questionnaire-constraint), with the answers an answerExpression permits
+ * computed first (src/sdc/answer-expression.ts, issue 35). $validate does not calculate: it checks
+ * the response it is given.
  */
+import { computeAnswers, usesAnswerExpressions } from './answer-expression.js';
 import type { EvaluationBudget } from './budget.js';
 import { questionnaireProblems } from './engine/definition-rules.js';
+import { EXT_ANSWER_EXPRESSION } from './engine/extensions.js';
 import { defineForm, runForm } from './engine/index.js';
 import { membersOf, resolveAnswerValueSets } from './engine/valuesets.js';
+import type { QueryRun } from './fhir-query.js';
+import type { FhirPathEnv } from './fhirpath.js';
 import type {
   CanonicalResolver,
+  Json,
   OperationOutcome,
   OperationOutcomeIssue,
   Questionnaire,
@@ -42,6 +48,13 @@ export interface ValidateOptions {
   readonly resolve?: CanonicalResolver;
   /** The request's evaluation budget (src/sdc/budget.ts), shared by every expression and regex. */
   readonly budget?: EvaluationBudget;
+  /**
+   * Runs the x-fhir-query of answerExpressions (issue 35); without it such an item's answers are
+   * not checked against its list, and the outcome says so.
+   */
+  readonly queries?: QueryRun;
+  /** Launch contexts for answerExpressions; `%patient` defaults to the response's `Patient/{id}` subject. */
+  readonly environment?: FhirPathEnv;
 }
 
 type Problem = Omit<OperationOutcomeIssue, 'severity'> & {
@@ -103,9 +116,19 @@ export const validateResponse = async (
   const lenient = status === 'in-progress' || status === 'stopped';
   const resolved = await resolveAnswerValueSets(questionnaire, options.resolve);
   const valueSets = new Map([...resolved].map(([canonical, valueSet]) => [canonical, membersOf(valueSet)]));
+  // answerExpression (issue 35; SDC "Expressions"): the permitted answers, computed before the run.
+  const computed = usesAnswerExpressions(questionnaire)
+    ? await computeAnswers(questionnaire, EXT_ANSWER_EXPRESSION, {
+        response: qr as Json,
+        environment: { ...subjectContext(qr), ...options.environment },
+        ...(options.queries ? { queries: options.queries } : {}),
+        ...(options.budget ? { budget: options.budget } : {}),
+      })
+    : undefined;
   const run = runForm(defineForm(questionnaire), qr, {
     valueSets,
     ...(options.budget ? { budget: options.budget } : {}),
+    ...(computed ? { computedOptions: computed.options, computedUnavailable: computed.unavailable } : {}),
   });
   const problems: Problem[] = [
     // The Questionnaire's own rules (issue 35): a form given inline is not checked by a write.
@@ -116,6 +139,8 @@ export const validateResponse = async (
       fixed: p.severity,
     })),
     ...responseProblems(qr, questionnaire),
+    ...containedProblems(qr),
+    ...(computed?.issues ?? []).map(({ severity: _severity, ...issue }) => ({ ...issue, advisory: true })),
     ...run.structure.map((p) => ({ code: p.code, diagnostics: p.diagnostics, expression: [p.expression] })),
     ...run.problems.map((p) => ({
       code: p.code,
@@ -143,6 +168,118 @@ export const validateResponse = async (
     })),
   };
 };
+
+/**
+ * The resources contained in a response (R5 Resource.contained; issue 35): the id each has and
+ * the R5 rules on them — dom-2 (no nested `contained`), dom-3 (each is referenced from elsewhere
+ * in the response: `#id` in an answer, `questionnaire`, or from another contained resource), dom-4
+ * (no `meta.versionId`/`meta.lastUpdated`), and an `id` on each (a contained resource is found by
+ * it). An answer's `valueReference` `#id` must name one of them.
+ */
+const containedProblems = (qr: QuestionnaireResponse): Problem[] => {
+  const problems: Problem[] = [];
+  const contained = Array.isArray(qr.contained) ? (qr.contained as unknown[]) : [];
+  const ids = new Map<string, number>();
+  contained.forEach((resource, index) => {
+    const at = `QuestionnaireResponse.contained[${index}]`;
+    const r = isObject(resource) ? resource : undefined;
+    if (!r || typeof r.resourceType !== 'string') {
+      problems.push({
+        code: 'structure',
+        diagnostics: 'a contained resource must be a resource with a resourceType',
+        expression: [at],
+      });
+      return;
+    }
+    if (typeof r.id !== 'string' || r.id === '') {
+      problems.push({
+        code: 'required',
+        diagnostics: `the contained ${r.resourceType} has no id, so nothing can refer to it`,
+        expression: [at],
+      });
+      return;
+    }
+    if (ids.has(r.id))
+      problems.push({
+        code: 'structure',
+        diagnostics: `two contained resources have the id ${JSON.stringify(r.id)}`,
+        expression: [at],
+      });
+    ids.set(r.id, index);
+    if (r.contained !== undefined)
+      problems.push({
+        code: 'invariant',
+        diagnostics: `the contained ${r.resourceType}/${r.id} contains resources itself (R5 dom-2)`,
+        expression: [`${at}.contained`],
+      });
+    const meta = isObject(r.meta) ? r.meta : {};
+    if (meta.versionId !== undefined || meta.lastUpdated !== undefined)
+      problems.push({
+        code: 'invariant',
+        diagnostics: `the contained ${r.resourceType}/${r.id} has meta.versionId or meta.lastUpdated (R5 dom-4)`,
+        expression: [`${at}.meta`],
+      });
+  });
+  // Every `#id` the response and its contained resources refer to: references, the response's
+  // `questionnaire`, and canonicals (a contained Questionnaire's answerValueSet `#vs`).
+  const referenced = new Set<string>();
+  const REFERRING = /^(reference|questionnaire|answerValueSet|value(Canonical|Reference))$/;
+  const visit = (value: unknown, key: string, depth: number): void => {
+    if (depth > 10_000) return;
+    if (typeof value === 'string') {
+      if (value.startsWith('#') && REFERRING.test(key)) referenced.add(value.slice(1));
+      return;
+    }
+    if (Array.isArray(value)) for (const v of value) visit(v, key, depth + 1);
+    else if (isObject(value)) for (const [k, inner] of Object.entries(value)) visit(inner, k, depth + 1);
+  };
+  const { contained: _own, ...rest } = qr as Json;
+  visit(rest, '', 0);
+  for (const resource of contained) visit(resource, '', 0);
+  for (const [id, index] of ids)
+    if (!referenced.has(id))
+      problems.push({
+        code: 'invariant',
+        advisory: true,
+        diagnostics: `the contained ${String((contained[index] as Json).resourceType)}/${id} is not referenced from elsewhere in the response (R5 dom-3)`,
+        expression: [`QuestionnaireResponse.contained[${index}]`],
+      });
+  // Answers naming a contained resource: it must be there.
+  const answers = (items: unknown, path: string): void => {
+    if (!Array.isArray(items)) return;
+    items.forEach((item, i) => {
+      if (!isObject(item)) return;
+      const itemPath = `${path}.item[${i}]`;
+      answers(item.item, itemPath);
+      (Array.isArray(item.answer) ? item.answer : []).forEach((answer: unknown, k: number) => {
+        if (!isObject(answer)) return;
+        const reference = isObject(answer.valueReference) ? answer.valueReference.reference : undefined;
+        if (typeof reference === 'string' && reference.startsWith('#') && !ids.has(reference.slice(1)))
+          problems.push({
+            code: 'not-found',
+            diagnostics: `the answer refers to ${reference}, which the response does not contain`,
+            expression: [`${itemPath}.answer[${k}].valueReference`],
+          });
+        answers(answer.item, `${itemPath}.answer[${k}]`);
+      });
+    });
+  };
+  answers(qr.item, 'QuestionnaireResponse');
+  return problems;
+};
+
+/**
+ * `%patient` for answerExpressions when the response's subject is a local `Patient/{id}`: the id is
+ * what a query's `{{%patient.id}}` needs (the resource itself is not read).
+ */
+const subjectContext = (qr: QuestionnaireResponse): FhirPathEnv => {
+  const reference = (qr.subject as { reference?: unknown } | undefined)?.reference;
+  const match = typeof reference === 'string' ? /^Patient\/([A-Za-z0-9\-.]{1,64})$/.exec(reference) : null;
+  return match ? { patient: { resourceType: 'Patient', id: match[1] } } : {};
+};
+
+const isObject = (value: unknown): value is Json =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
 
 const questionnaireName = (q: Questionnaire): string =>
   typeof q.url === 'string'

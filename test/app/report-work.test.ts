@@ -8,7 +8,7 @@
  * WCAG 2.2 AA on each page state, a used handover link as HTML and as problem+json, and a
  * handover link in a frame of another site.
  */
-import { AxeBuilder } from '@axe-core/playwright';
+import { mkdirSync } from 'node:fs';
 import { expect } from 'chai';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { GENERAL, seed, startTestApp, TEST_SEED, type TestApp } from '../support/app.js';
@@ -17,10 +17,13 @@ import { fhir } from '../support/fhir.js';
 import {
   answer,
   appUrl,
+  axeAtBothSizes,
   CHROMIUM,
+  chestCtQuestionnaire,
   chromiumMissing,
   clickAndNavigate,
   create,
+  DESKTOP,
   deleteSession,
   type Ehr,
   engineIdle,
@@ -31,13 +34,16 @@ import {
   newSession,
   newTask,
   open,
+  PHONE,
   pathOf,
+  SHOTS,
   sessionBody,
   signIn,
   startEhr,
   startReportIn,
   storeCtChest,
   unique,
+  violations,
 } from './support.js';
 
 // Browser globals inside page.evaluate callbacks (the tests' tsconfig has no DOM library).
@@ -47,22 +53,13 @@ type HTMLElement = any;
 type HTMLInputElement = any;
 type HTMLDetailsElement = any;
 
-const WCAG = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'];
-const DESKTOP = { width: 1366, height: 768 };
-const PHONE = { width: 390, height: 844 };
 const MRN_SYSTEM = 'urn:test:mrn';
 
-/** axe-core's violations at WCAG 2.2 AA, as `rule: target` lines. */
-const violations = async (page: Page): Promise<string[]> => {
-  const result = await new AxeBuilder({ page }).withTags(WCAG).analyze();
-  return result.violations.flatMap((v) =>
-    v.nodes.map((n) => `${v.id}: ${n.target.join(' ')} — ${n.failureSummary}`),
-  );
+/** `/tmp/i32-shots/<name>.png` of the viewport (the state as the clinician sees it). */
+const shot = (page: Page, name: string, fullPage = false) => {
+  mkdirSync(SHOTS, { recursive: true });
+  return page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage });
 };
-
-/** `/tmp/i32-browser-<name>.png` of the viewport (the state as the clinician sees it). */
-const shot = (page: Page, name: string, fullPage = false) =>
-  page.screenshot({ path: `/tmp/i32-browser-${name}.png`, fullPage });
 
 /** Duplicate ids of the page. */
 const duplicateIds = (page: Page): Promise<string[]> =>
@@ -209,8 +206,7 @@ for (const database of testDatabases) {
       expect(await status(page).innerText()).to.match(/^Saved \d{1,2}:\d{2}/);
       expect(await status(page).getAttribute('role')).to.equal('status');
       expect(answersOf(await storedResponse(taskId)).indication).to.deep.equal(['Cough for six weeks']);
-      expect(await violations(page)).to.deep.equal([]);
-      await shot(page, 'autosaved');
+      expect(await axeAtBothSizes(page, 'autosaved')).to.deep.equal([]);
       // Saved: closing asks nothing, and a new tab opens the report with the answer.
       await page.close({ runBeforeUnload: true });
       const reopened = await context.newPage();
@@ -232,32 +228,58 @@ for (const database of testDatabases) {
       expect(answersOf(await storedResponse(taskId)).referrer).to.deep.equal(['Dr Hidden']);
     });
 
-    it('keeps the answers when the session is deleted mid-edit and offers them back after a new handover', async () => {
-      const { page, taskId, session, patient } = await openCtReport();
+    it('keeps the answers when the session is deleted mid-edit, says so in view on a phone, and offers them back after a new handover', async () => {
+      const { page, taskId, session, patient } = await openCtReport({ viewport: PHONE });
       await page.locator('[name="q:indication"]').fill('Typed before the session ended');
       await page.locator('[name="q:referrer"]').fill('Dr Kept');
       expect(await deleteSession(app, session.id)).to.equal(204);
-      // Save answers 401: the page and its answers stay, with a clear message.
-      await page.locator('button[name=action][value=save]').click();
+      // Save from the top of the 60-item form: the answer is 401; the page and its answers stay,
+      // with a clear message where the clinician is looking.
+      await page.evaluate(() => window.scrollTo(0, 0));
+      // A tap where the button is (a locator's click would scroll it clear of the scroll padding).
+      const save = (await page.locator('button[name=action][value=save]').boundingBox())!;
+      await page.mouse.click(save.x + save.width / 2, save.y + save.height / 2);
       await page.waitForSelector('#report-form[data-autosave="failed"]');
       expect(pathOf(page.url())).to.equal(`/app/tasks/${taskId}/report`);
       expect(await status(page).innerText()).to.equal('Not saved');
-      expect(await page.locator('#cb-save-problem').innerText()).to.match(
-        /session has ended.*kept in this browser/i,
-      );
+      const problem = page.locator('#cb-save-problem');
+      expect(await problem.innerText()).to.match(/session has ended.*kept in this browser/i);
+      // In the viewport, and on top there (not under the sticky bars): the whole message is readable.
+      expect(
+        await problem.evaluate((el) => {
+          const r = el.getBoundingClientRect();
+          // Inside the rounded corners: the four corners of the text and its centre.
+          const inset = 8;
+          const points = [
+            [r.left + inset, r.top + inset],
+            [r.right - inset, r.top + inset],
+            [r.left + inset, r.bottom - inset],
+            [r.right - inset, r.bottom - inset],
+            [(r.left + r.right) / 2, (r.top + r.bottom) / 2],
+          ];
+          const covering = points
+            .map(([x, y]) => document.elementFromPoint(x, y))
+            .filter((hit) => !el.contains(hit))
+            .map((hit) => (hit ? `${hit.tagName}.${hit.className}` : 'outside the viewport'));
+          return {
+            inViewport:
+              r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight && r.right <= window.innerWidth,
+            covering,
+          };
+        }),
+      ).to.deep.equal({ inViewport: true, covering: [] });
+      expect(await page.evaluate(() => window.scrollY)).to.be.below(200);
       expect(await page.locator('[name="q:indication"]').inputValue()).to.equal(
         'Typed before the session ended',
       );
-      expect(await violations(page)).to.deep.equal([]);
-      await shot(page, 'session-ended-save');
+      expect(await axeAtBothSizes(page, 'session-ended-save')).to.deep.equal([]);
       expect(answersOf(await storedResponse(taskId)).indication).to.equal(undefined);
       // Reloading shows the 401 page, which says the answers are kept.
       page.once('dialog', (d) => void d.accept());
       const reloaded = await page.reload();
       expect(reloaded!.status()).to.equal(401);
       expect(await page.locator('main').innerText()).to.match(/answers you typed are kept in this browser/i);
-      expect(await violations(page)).to.deep.equal([]);
-      await shot(page, 'session-ended-401');
+      expect(await axeAtBothSizes(page, 'session-ended-401')).to.deep.equal([]);
       // The EHR launches again in the same window: the answers are offered back.
       const again = await newSession(
         app,
@@ -272,8 +294,7 @@ for (const database of testDatabases) {
       const offer = page.getByRole('region', { name: 'Unsaved answers found' });
       await offer.waitFor({ state: 'visible' });
       expect(await page.locator('[name="q:indication"]').inputValue()).to.equal('');
-      expect(await violations(page)).to.deep.equal([]);
-      await shot(page, 'draft-offered');
+      expect(await axeAtBothSizes(page, 'draft-offered')).to.deep.equal([]);
       await offer.getByRole('button', { name: 'Restore unsaved answers' }).click();
       expect(await page.locator('[name="q:indication"]').inputValue()).to.equal(
         'Typed before the session ended',
@@ -346,8 +367,7 @@ for (const database of testDatabases) {
       await page.locator('button[name=action][value=cancel]').click();
       const dialog = page.getByRole('dialog', { name: 'Discard unsaved changes?' });
       await dialog.waitFor({ state: 'visible' });
-      expect(await violations(page)).to.deep.equal([]);
-      await shot(page, 'cancel-dialog');
+      expect(await axeAtBothSizes(page, 'cancel-dialog')).to.deep.equal([]);
       await dialog.getByRole('button', { name: 'Keep editing' }).click();
       expect(await dialog.isHidden()).to.equal(true);
       expect(await page.locator('[name="q:referrer"]').inputValue()).to.equal('Dr Cancel');
@@ -593,6 +613,73 @@ for (const database of testDatabases) {
       expect(await popup.getByRole('region', { name: 'Patient' }).innerText()).to.contain(patient.mrn);
       expect(await violations(popup)).to.deep.equal([]);
       await shot(popup, 'forms-page');
+    });
+
+    it('in a frame of the same site, sends Cancel and the post-submit redirect to the top window', async () => {
+      // The EHR's chart reached as localhost: the same site as casebook (the port does not count).
+      const sameSite = (url: string) => url.replace('//127.0.0.1:', '//localhost:');
+      const formId = await create(
+        app,
+        chestCtQuestionnaire(`https://forms.example.org/Questionnaire/${unique('framed')}`),
+      );
+      const context = await browser.newContext();
+      contexts.push(context);
+      const page = await context.newPage();
+      await page.setViewportSize(DESKTOP);
+      /** The chart page with the report of a new Task in its frame, at the editor of the small form. */
+      const framedReport = async () => {
+        const patient = await newPatient();
+        const task = await newTask(app, patient.id);
+        const session = await newSession(
+          app,
+          sessionBody({
+            patient: Number(patient.id),
+            post_submit_redirect: `${ehr.origin}/done`,
+            post_cancel_redirect: `${ehr.origin}/cancelled`,
+          }),
+        );
+        const url = handoverUrl(app, session.handover_token, launchUrl(app, { task: `Task/${task.id}` }));
+        const chart = sameSite(
+          ehr.page(() =>
+            html(
+              'Chart',
+              `<h1>EHR chart</h1><iframe title="casebook report" src="${url.replace(/&/g, '&amp;')}" width="1000" height="650"></iframe>`,
+            ),
+          ),
+        );
+        expect(new URL(chart).hostname).to.equal('localhost');
+        await page.goto(chart);
+        const frame = page.frameLocator('iframe');
+        await frame.locator(`button[name=questionnaire][value="${formId}"]`).click();
+        await frame.locator('#report-form[data-engine="idle"]').waitFor({ timeout: 10_000 });
+        return { frame, taskId: task.id };
+      };
+      const topLocation = () => page.evaluate(() => window.top.location.href as string);
+
+      // Cancel with an unsaved answer: the dialog in the frame, then the EHR's page in the top window.
+      const cancelled = await framedReport();
+      await cancelled.frame.locator('[name="q:findings"]').fill('Not wanted');
+      await cancelled.frame.locator('button[name=action][value=cancel]').click();
+      await cancelled.frame.getByRole('dialog', { name: 'Discard unsaved changes?' }).waitFor();
+      await cancelled.frame.locator('#cb-discard button[value=discard]').click();
+      await page.waitForURL(`${ehr.origin}/cancelled`, { timeout: 10_000 });
+      expect(await topLocation()).to.equal(`${ehr.origin}/cancelled`);
+      expect(await page.locator('#ehr-cancelled').isVisible()).to.equal(true);
+      expect(page.frames()).to.have.length(1);
+
+      // Submit: the post-submit redirect in the top window too.
+      const submitted = await framedReport();
+      await submitted.frame.locator('[name="q:findings"]').fill('No acute findings');
+      await submitted.frame.locator('[name="q:findings"]').blur();
+      await submitted.frame.locator('#report-form[data-engine="idle"]').waitFor();
+      await submitted.frame.locator('button[name=action][value=submit]').click();
+      await page.waitForURL(`${ehr.origin}/done**`, { timeout: 10_000 });
+      const done = new URL(await topLocation());
+      expect(`${done.origin}${done.pathname}`).to.equal(`${ehr.origin}/done`);
+      expect(done.searchParams.get('task')).to.equal(`Task/${submitted.taskId}`);
+      expect(await page.locator('#ehr-done').isVisible()).to.equal(true);
+      expect(page.frames()).to.have.length(1);
+      expect((await storedResponse(submitted.taskId)).status).to.equal('completed');
     });
   });
 }

@@ -9,6 +9,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { AxeBuilder } from '@axe-core/playwright';
 import { expect } from 'chai';
 import { type Browser, type BrowserContext, chromium, type Page, type Response } from 'playwright-core';
 import { GENERAL, type TestApp } from '../support/app.js';
@@ -33,6 +34,45 @@ export const screenshot = async (page: Page, name: string): Promise<string> => {
 };
 
 export const chromiumMissing = (): boolean => !existsSync(CHROMIUM);
+
+// ---------------------------------------------------------------------------------------------
+// Accessibility and screenshots at the two sizes of issue 32
+
+/** The axe-core tags of WCAG 2.2 AA. */
+export const WCAG = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'];
+export const DESKTOP = { width: 1366, height: 768 };
+export const PHONE = { width: 390, height: 844 };
+/** Where {@link axeAtBothSizes} writes its screenshots (outside the repository). */
+export const SHOTS = '/tmp/i32-shots';
+
+/** axe-core's violations at WCAG 2.2 AA, as `rule: target — summary` lines. */
+export const violations = async (page: Page): Promise<string[]> => {
+  const result = await new AxeBuilder({ page }).withTags(WCAG).analyze();
+  return result.violations.flatMap((v) =>
+    v.nodes.map((n) => `${v.id}: ${n.target.join(' ')} — ${n.failureSummary}`),
+  );
+};
+
+/**
+ * axe-core's violations of the page's current state at phone size (390×844) and at desktop size
+ * (1366×768), each line prefixed with the size; writes a viewport screenshot of each size to
+ * `/tmp/i32-shots/<name>-<phone|desktop>.png` and puts the page's viewport back as it was.
+ */
+export const axeAtBothSizes = async (page: Page, name: string): Promise<string[]> => {
+  mkdirSync(SHOTS, { recursive: true });
+  const before = page.viewportSize();
+  const found: string[] = [];
+  for (const [size, viewport] of [
+    ['phone', PHONE],
+    ['desktop', DESKTOP],
+  ] as const) {
+    await page.setViewportSize(viewport);
+    found.push(...(await violations(page)).map((v) => `${size}: ${v}`));
+    await page.screenshot({ path: join(SHOTS, `${name}-${size}.png`) });
+  }
+  if (before) await page.setViewportSize(before);
+  return found;
+};
 
 // ---------------------------------------------------------------------------------------------
 // The EHR site

@@ -17,6 +17,7 @@ import { expect } from 'chai';
 import { questionnaireProblems } from '../../src/sdc/engine/definition-rules.js';
 import type { Questionnaire, QuestionnaireResponse } from '../../src/sdc/types.js';
 import { validateResponse } from '../../src/sdc/validate.js';
+import { printAgreement } from './agreement.js';
 
 interface Expectation {
   readonly errorCount?: number;
@@ -32,6 +33,19 @@ interface TestCase {
   readonly java?: Expectation;
   readonly 'dotnet-brianpos'?: Expectation;
 }
+
+/** The commit of a git checkout (its HEAD, short), or 'local copy' when it is not one. */
+const checkoutOf = (dir: string): string => {
+  try {
+    const head = readFileSync(join(dir, '.git', 'HEAD'), 'utf8').trim();
+    const commit = head.startsWith('ref: ')
+      ? readFileSync(join(dir, '.git', head.slice(5)), 'utf8').trim()
+      : head;
+    return commit.slice(0, 8);
+  } catch {
+    return 'local copy';
+  }
+};
 
 const root = process.env.FHIR_TEST_CASES_DIR;
 const validatorDir = root ? join(root, 'validator') : '';
@@ -104,9 +118,13 @@ describe('conformance: fhir-test-cases, Questionnaire module', function () {
           `${c.name} (${relative(validatorDir, join(validatorDir, c.file))}): expected ${expected} errors, casebook ${ours}`,
         );
     }
-    console.log(
-      `  fhir-test-cases Questionnaire module: ${cases.length} cases, ${compared} compared, ${agree} agree on valid/invalid, ${exact} with the same error count`,
-    );
+    printAgreement({
+      suite: 'fhir-test-cases, Questionnaire module: valid/invalid as the manifest says',
+      version: `FHIR/fhir-test-cases ${checkoutOf(root ?? '')}`,
+      cases: compared,
+      agree,
+      detail: `${cases.length} cases, ${compared} comparable; ${exact} with the same error count`,
+    });
     for (const line of disagreements) console.log(`    disagrees: ${line}`);
     expect(compared).to.be.greaterThan(0);
   });

@@ -18,6 +18,7 @@ import { droppedElements } from '../../src/fhir/dropped.js';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { fhir } from '../support/fhir.js';
+import { printAgreement } from './agreement.js';
 
 const require = createRequire(import.meta.url);
 const examplesDir = dirname(require.resolve('hl7.fhir.r5.examples/package.json'));
@@ -147,7 +148,13 @@ describe(`FHIR R5 core examples (hl7.fhir.r5.examples ${version}) round-tripped`
     if (process.env.R5_EXAMPLES_VERBOSE) console.log(refusals.join('\n'));
     const total = rows.reduce((n, r) => n + r.cases, 0);
     const agree = rows.reduce((n, r) => n + r.agree, 0);
-    console.log(`  ${agree} of ${total} agree`);
+    printAgreement({
+      suite: "FHIR R5 core examples of casebook's types, round-tripped or refused with a reason",
+      version: `hl7.fhir.r5.examples ${version}`,
+      cases: total,
+      agree,
+      detail: `${rows.reduce((n, r) => n + r.silent, 0)} elements lost without a word`,
+    });
     expect(total).to.equal(examples.length);
     // No silent loss: every element a 2xx did not store is named by its outcome.
     expect(

@@ -17,6 +17,7 @@ import { expect } from 'chai';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { FHIR_JSON, type FhirResponse } from '../support/fhir.js';
+import { printAgreement } from './agreement.js';
 
 const require = createRequire(import.meta.url);
 const packageDir = dirname(require.resolve('hl7.fhir.uv.sdc/package.json'));
@@ -110,9 +111,13 @@ describe('conformance: SDC IG example Questionnaires', function () {
             .slice(0, 200)}`,
         );
     }
-    console.log(
-      `  SDC IG examples (hl7.fhir.uv.sdc ${version}): ${examples.length} Questionnaires, ${stored} stored, ${agree} populated and validated without errors`,
-    );
+    printAgreement({
+      suite: 'SDC IG example Questionnaires: stored, $populate, $validate without errors',
+      version: `hl7.fhir.uv.sdc ${version}`,
+      cases: examples.length,
+      agree,
+      detail: `${stored} stored; ${examples.length - stored} refused, each with its reason below`,
+    });
     for (const line of lines) console.log(line);
   });
 });

@@ -10,7 +10,7 @@ import { v4 as uuid } from 'uuid';
 import type { CommandContext } from '../../src/commands/context.js';
 import { execute } from '../../src/commands/handler.js';
 import { allocateId, migrateSequences } from '../../src/db/sequences.js';
-import { defineFunction, type Sql } from '../../src/db/sql.js';
+import type { Sql } from '../../src/db/sql.js';
 import { resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { type SessionCommand, sessionDecider, sessionStream } from '../../src/domain/session/session.js';
 import { EventIdConflict, type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
@@ -417,7 +417,7 @@ for (const db of testDatabases) {
         ...resourcesProjection,
         migrate: async (sql) => {
           await resourcesProjection.migrate(sql);
-          await defineFunction(sql, 'test_fragile_apply', definition());
+          await sql.exec(definition());
         },
         inline: { function: 'test_fragile_apply', argument: inline.argument },
         apply: async (events, tx) => {
@@ -429,7 +429,7 @@ for (const db of testDatabases) {
         projection,
         fix: async (sql: Sql) => {
           broken = false;
-          await defineFunction(sql, 'test_fragile_apply', definition());
+          await sql.exec(definition());
         },
       };
     };

@@ -1,10 +1,10 @@
 /**
  * The databases every integration test runs on: in-memory PGlite and a real PostgreSQL server
  * (TEST_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test). Each `open()` gets an
- * isolated database: a fresh PGlite instance, or a fresh schema on the server (dropped on dispose).
+ * isolated database: a fresh schema in a pooled PGlite cluster or on the server (dropped on dispose).
  */
 import { randomBytes } from 'node:crypto';
-import { PgliteSql, PostgresSql, type Sql } from '../../src/db/sql.js';
+import { PgliteSql, PostgresSql, type Row, type Sql } from '../../src/db/sql.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
 import { recordingSql } from './sql.js';
@@ -27,14 +27,87 @@ export interface TestDatabase {
   open(): Promise<OpenedDatabase>;
 }
 
+/**
+ * In-memory PGlite clusters of this process not in use by a test. Making one costs 1.5–2.5 s (WASM
+ * start and loading the empty cluster) and the suite opens hundreds, so a test takes an idle
+ * cluster and a fresh schema in it, as on the server; one that opens a second database while its
+ * first is open gets a second cluster. Disposing resets the session (`DISCARD ALL`: search path,
+ * advisory locks, LISTENs, prepared statements) and drops the schema before the cluster is idle
+ * again.
+ */
+const idlePglite: PgliteSql[] = [];
+
+/**
+ * A test's PGlite database: one schema of a pooled cluster. `close()` ends this handle (every later
+ * call throws, as on a closed PGlite), not the cluster; LISTENs made through it end with it.
+ */
+class PooledPgliteSql implements Sql {
+  readonly kind = 'pglite' as const;
+  readonly inTransaction = false;
+  readonly shared = true;
+  private closed = false;
+  private readonly unlistens = new Set<() => Promise<void>>();
+  constructor(private readonly cluster: PgliteSql) {}
+  private live(): PgliteSql {
+    if (this.closed) throw new Error('PGlite is closed');
+    return this.cluster;
+  }
+  query<R extends Row = Row>(text: string, params?: readonly unknown[]): Promise<R[]> {
+    return this.live().query<R>(text, params);
+  }
+  exec(text: string): Promise<void> {
+    return this.live().exec(text);
+  }
+  transaction<T>(fn: (tx: Sql) => Promise<T>): Promise<T> {
+    return this.live().transaction(fn);
+  }
+  withConnection<T>(fn: (conn: Sql) => Promise<T>): Promise<T> {
+    this.live();
+    return fn(this);
+  }
+  async listen(channel: string, onNotify: () => void): Promise<() => Promise<void>> {
+    const unlisten = await this.live().listen(channel, () => {
+      if (!this.closed) onNotify();
+    });
+    const once = async () => {
+      if (this.unlistens.delete(once)) await unlisten();
+    };
+    this.unlistens.add(once);
+    return once;
+  }
+  async close(): Promise<void> {
+    if (this.closed) return;
+    for (const unlisten of [...this.unlistens]) await unlisten().catch(() => undefined);
+    this.closed = true;
+  }
+}
+
 const pglite: TestDatabase = {
   name: 'pglite',
   async open() {
-    const sql = await PgliteSql.open();
+    const cluster = idlePglite.pop() ?? (await PgliteSql.open());
+    const schema = `t_${randomBytes(6).toString('hex')}`;
+    await cluster.exec(`CREATE SCHEMA ${schema}; SET search_path TO ${schema}`);
+    const sql = new PooledPgliteSql(cluster);
+    let disposed = false;
     return {
       sql,
       reopen: async () => sql,
-      dispose: () => sql.close(),
+      dispose: async () => {
+        if (disposed) return;
+        disposed = true;
+        await sql.close();
+        try {
+          await cluster.exec('DISCARD ALL');
+          await cluster.exec(
+            `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${rebuildSchemaOf(schema)} CASCADE`,
+          );
+          idlePglite.push(cluster);
+        } catch {
+          // A cluster a test left unusable (an aborted transaction, a closed PGlite) is not reused.
+          await cluster.close().catch(() => undefined);
+        }
+      },
     };
   },
 };

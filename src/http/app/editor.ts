@@ -14,6 +14,8 @@ import { isFinalStatus, ReportChangedElsewhere } from '../../domain/report/repor
 import { DEFINITIONS } from '../../fhir/definitions.js';
 import { vread } from '../../queries/fhir.js';
 import { type ResourceRow, readIfVisible } from '../../queries/visibility.js';
+import { computeAnswers, usesAnswerExpressions, withComputedOptions } from '../../sdc/answer-expression.js';
+import { EXT_ANSWER_EXPRESSION } from '../../sdc/engine/extensions.js';
 import { defineForm, type FormDefinition, runForm } from '../../sdc/engine/index.js';
 import { membersOf, resolveAnswerValueSets, type ValueSetMembers } from '../../sdc/engine/valuesets.js';
 import { expandValueSet } from '../../sdc/expand.js';
@@ -22,6 +24,7 @@ import { auditedWith, auditInline } from '../audit.js';
 import { globalRedirectOrigins } from '../auth/sessions.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { assembledForUse } from '../sdc/assemble.js';
+import { queryRun } from '../sdc/query.js';
 import { formResolver, tenantResolver } from '../sdc/resolve.js';
 import { editorAssets, reportViewAssets } from './assets-route.js';
 import {
@@ -112,6 +115,7 @@ const choicesOf = (
  *   may not read, 422 no response or no form.
  */
 const loadReport = async (
+  ctx: Context,
   page: PageContext,
   casebook: Casebook,
   taskId: string | undefined,
@@ -136,7 +140,23 @@ const loadReport = async (
       `the form of this report (${canonical || 'none'}) is not available to you`,
     );
   // SDC modular forms (issue 35): a form that needs assembling is assembled first.
-  const q = await assembledForUse(questionnaire as unknown as Questionnaire, resolve);
+  const assembled = await assembledForUse(questionnaire as unknown as Questionnaire, resolve);
+  // answerExpression (issue 35): the permitted answers are computed on the server when the page
+  // renders (docs/interface.md §3.3), under the session's scopes, and shown as the item's choices.
+  const q = usesAnswerExpressions(assembled)
+    ? withComputedOptions(
+        assembled,
+        (
+          await computeAnswers(assembled, EXT_ANSWER_EXPRESSION, {
+            response: response.resource as Json,
+            environment: patient ? { patient: patient.resource } : {},
+            queries: queryRun(ctx, page.command.sql, page.principal, casebook.config),
+            budget: evaluationBudget(ctx),
+            now: page.command.now,
+          })
+        ).options,
+      )
+    : assembled;
   const resolved = await resolveAnswerValueSets(q, formResolver(casebook, page.principal, q));
   const choices = withStoredChoices(
     choicesOf(q, resolved, page.command.now),
@@ -169,6 +189,12 @@ interface EditorView {
   readonly banner?: string;
   /** The page edits an amendment of a signed-off report, for this reason (issue 32). */
   readonly amendReason?: string;
+  /**
+   * The page's answers are the user's and are not stored (a refused submit, a conflict, a merge):
+   * the browser counts them as unsaved — "Not saved yet", kept as a draft, asked about on leaving
+   * (issue 32 "Work is never lost").
+   */
+  readonly unsaved?: boolean;
   /** Read-only view: show unanswered items too. */
   readonly showEmpty?: boolean;
   /** A message for the read-only view's amend / entered-in-error form that was sent (a missing reason). */
@@ -317,17 +343,19 @@ const renderEditor = async (
 <div class="${sections ? 'editor-layout' : ''}">${sections}<div class="editor-main">
 <form id="report-form" method="post" action="${escapeHtml(action)}" data-task="${task.id}"${
     (page.session.postSubmitRedirect ?? taskRedirectInput(task.resource)) ? ' data-return-submit' : ''
-  }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate${amending ? ' data-autosave="off"' : ''}>
+  }${page.session.postCancelRedirect ? ' data-return-cancel' : ''} autocomplete="off" novalidate${amending ? ' data-autosave="off"' : ''}${
+    view.unsaved ? ' data-unsaved' : ''
+  }>
 <input type="hidden" name="cb:tz" value="Z">${carriedInputs(page.carry)}
 <input type="hidden" name="base_version" value="${baseVersion}">${
     amending ? `<input type="hidden" name="amend_reason" value="${escapeHtml(view.amendReason ?? '')}">` : ''
   }
 <div class="card report">${items || '<p class="hint">This form has no questions.</p>'}</div>
 <p id="cb-live" class="visually-hidden" role="status" aria-live="polite"></p>
-<p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <div class="actions" role="group" aria-label="Report actions">
+<p id="cb-save-problem" class="save-problem" role="alert" hidden></p>
 <button type="submit" name="action" value="cancel" class="secondary" formnovalidate>Cancel</button>
-<p id="cb-save-status" class="save-status" role="status"${authored && !amending ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
+<p id="cb-save-status" class="save-status" role="status"${authored && !amending && !view.unsaved ? ` data-saved-at="${escapeHtml(authored)}"` : ''}></p>
 <span class="spacer"></span>${
     amending ? '' : '\n<button type="submit" name="action" value="save" class="secondary">Save draft</button>'
   }
@@ -444,7 +472,7 @@ const itemsAt = async (page: PageContext, report: Report, version: number): Prom
  */
 export const showReport = async (ctx: Context, casebook: Casebook): Promise<void> => {
   const page = await pageContext(ctx, casebook);
-  const report = await loadReport(page, casebook, ctx.params.id);
+  const report = await loadReport(ctx, page, casebook, ctx.params.id);
   const notice =
     ctx.query.saved !== undefined ? 'Saved. Your answers are stored; you can continue later.' : undefined;
   const raw = typeof ctx.query.base_version === 'string' ? ctx.query.base_version : undefined;
@@ -558,7 +586,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       `action must be one of ${ACTIONS.join(', ')}`,
       'action',
     );
-  const report = await loadReport(page, casebook, ctx.params.id);
+  const report = await loadReport(ctx, page, casebook, ctx.params.id);
   const { task, response } = report;
 
   if (action === 'cancel') {
@@ -698,6 +726,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
       {
         ...shownResponse(report, ctx, page, merged.items),
         banner: mergedNotice(report.form, report.choices, merged.changes, response.versionId),
+        unsaved: true,
       },
       200,
     );
@@ -727,6 +756,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
         enabled: evaluated.run.enablementByKey(),
         errors: evaluated.errors,
         summary,
+        unsaved: true,
         ...keep,
       },
       422,
@@ -779,6 +809,7 @@ export const postReport = async (ctx: Context, casebook: Casebook): Promise<void
             mine: true,
             mergeable: !isFinalStatus(current.status),
           }),
+          unsaved: true,
           ...keep,
         },
         409,

@@ -69,7 +69,8 @@ h2 { font-size:1.1rem; margin:1.2rem 0 .6rem; }
 .error-summary li { margin:.15rem 0; }
 .error-summary a { color:var(--error); font-weight:500; display:inline-block; min-height:24px; line-height:24px; }
 .item { margin: 0 0 1.05rem; }
-.item[hidden] { display:none; }
+/* The hidden attribute wins over any display rule (an empty error badge must not take a line). */
+[hidden] { display:none !important; }
 .q-label { display:block; font-weight:600; margin-bottom:.3rem; padding:0; }
 .req { color:var(--error); font-weight:700; }
 fieldset { border:0; margin:0; padding:0; min-width:0; }
@@ -93,7 +94,7 @@ input[aria-invalid=true], textarea[aria-invalid=true], select[aria-invalid=true]
 .options { display:flex; flex-direction:column; gap:.25rem; border-radius:6px; }
 .options.inline { flex-direction:row; flex-wrap:wrap; gap:.4rem 1.4rem; }
 label.option { display:flex; align-items:center; gap:.45rem; cursor:pointer; padding:.15rem 0; }
-label.option input { width:1.1rem; height:1.1rem; margin:0; accent-color: var(--accent); }
+label.option input { width:1.5rem; height:1.5rem; margin:0; accent-color: var(--accent); flex:none; }
 label.other { display:flex; align-items:center; gap:.5rem; margin-top:.35rem; }
 .repeats { display:flex; flex-direction:column; gap:.4rem; }
 .field-error { color:var(--error); font-weight:600; margin:.1rem 0 .35rem; font-size:.92rem; }
@@ -107,7 +108,7 @@ button.primary:hover { background:var(--accent-dark); }
 button.secondary { background:#fff; color:var(--accent); border-color:#9fb0c2; }
 button.secondary:hover { background:#eef4fa; }
 button.add-answer, button.add-group { margin-top:.45rem; padding:.3rem .8rem; font-size:.9rem; }
-.actions { position:sticky; bottom:0; display:flex; gap:.6rem; align-items:center; padding:.8rem 1rem; background:rgba(244,246,249,.96); border-top:1px solid var(--line); margin:0 -1rem; }
+.actions { position:sticky; bottom:0; display:flex; gap:.6rem; align-items:center; padding:.8rem 1rem; background:var(--bg); border-top:1px solid var(--line); margin:0 -1rem; }
 .actions .spacer { flex:1; }
 ul.form-list { list-style:none; margin:1rem 0 0; padding:0; display:grid; gap:.6rem; }
 button.form-choice { width:100%; text-align:left; display:flex; flex-direction:column; gap:.15rem; background:#fff; border:1px solid var(--line); padding:.8rem 1rem; color:var(--ink); }
@@ -123,10 +124,12 @@ html { scroll-padding-top: 4.5rem; scroll-padding-bottom: 6rem; }
 .patient-banner .report-status { margin-left:auto; }
 body.embedded .patient-banner { padding:.3rem .8rem; gap:.1rem .8rem; font-size:.85rem; }
 body.embedded .patient-banner .patient-name { font-size:.92rem; }
-@media (max-width: 600px) { .patient-banner .report-status { margin-left:0; } html { scroll-padding-top: 6rem; } .actions { flex-wrap:wrap; gap:.4rem; padding:.5rem .8rem; } .actions .save-status { order:-1; flex-basis:100%; min-width:0; } .actions button { padding:.45rem .8rem; } }
+@media (max-width: 600px) { .patient-banner .report-status { margin-left:0; } html { scroll-padding-top: 6rem; } .actions { flex-wrap:wrap; gap:.4rem; padding:.5rem .8rem; } .actions .save-status { order:-1; flex-basis:100%; min-width:0; } .actions button { padding:.45rem .65rem; } }
 .save-status { margin:0; font-size:.9rem; color:var(--muted); min-width:6rem; }
 .save-status[data-state=failed] { color:var(--error); font-weight:600; }
 .save-problem { background:var(--error-bg); border:1px solid var(--error); color:var(--error); padding:.5rem .8rem; border-radius:6px; margin:0 0 .8rem; font-weight:500; }
+.actions { flex-wrap:wrap; }
+.actions .save-problem { flex-basis:100%; margin:0; padding:.4rem .7rem; font-size:.9rem; }
 .draft-offer { background:#fff4d6; border:1px solid #f0d78c; border-radius:8px; padding:.7rem 1rem; margin-bottom:1rem; }
 .draft-offer h2 { margin:.1rem 0 .3rem; font-size:1rem; }
 .draft-offer p { margin:0 0 .5rem; }
@@ -171,6 +174,7 @@ table.changes { border-collapse:collapse; width:100%; margin:.6rem 0; font-size:
 table.changes caption { text-align:left; font-weight:600; padding:.2rem 0; }
 table.changes th, table.changes td { border:1px solid var(--line); padding:.35rem .5rem; text-align:left; vertical-align:top; }
 table.changes .empty { color:var(--muted); }
+@media (max-width: 600px) { .conflict.card { padding:1rem .7rem; } table.changes { table-layout:fixed; font-size:.8rem; } table.changes th, table.changes td { padding:.25rem; overflow-wrap:break-word; } }
 .merged h2 { margin-top:0; font-size:1.05rem; }
 .merged h3 { font-size:.98rem; margin:.6rem 0 .2rem; }
 @media print {

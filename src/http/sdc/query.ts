@@ -8,7 +8,7 @@ import type { Context } from 'koa';
 import type { Sql } from '../../db/sql.js';
 import type { Principal } from '../../fhir/access.js';
 import { searchForQuery } from '../../queries/sdc-query.js';
-import { type FhirQueryRunner, QueryBudget } from '../../sdc/fhir-query.js';
+import { type FhirQueryRunner, QueryBudget, type QueryRun } from '../../sdc/fhir-query.js';
 import { noteAudit } from '../audit.js';
 
 /**
@@ -37,3 +37,18 @@ export const queryBudget = (ctx: Context): QueryBudget => {
   ctx.state.queryBudget = budget;
   return budget;
 };
+
+/**
+ * Everything a request needs to run x-fhir-query (src/sdc/fhir-query.ts `runFhirQuery`): the
+ * runner under `principal`, the request's query budget, and casebook's own FHIR and SDC bases.
+ */
+export const queryRun = (
+  ctx: Context,
+  sql: Sql,
+  principal: Principal,
+  config: { readonly fhirUrl: string; readonly sdcUrl: string },
+): QueryRun => ({
+  query: queryRunner(ctx, sql, principal, config.fhirUrl),
+  budget: queryBudget(ctx),
+  bases: [config.fhirUrl, config.sdcUrl],
+});

@@ -1,10 +1,17 @@
+import type { Casebook } from '../../casebook.js';
 import { DomainError } from '../../domain/decider.js';
+import type { Principal } from '../../fhir/access.js';
+import { idInReference } from '../../fhir/references.js';
+import { readIfVisible } from '../../queries/visibility.js';
+import { usesAnswerExpressions } from '../../sdc/answer-expression.js';
+import type { FhirPathEnv } from '../../sdc/fhirpath.js';
 import type { Json, Questionnaire, QuestionnaireResponse } from '../../sdc/types.js';
 import { validateResponse } from '../../sdc/validate.js';
 import { evaluationBudget } from '../edge/budget.js';
 import { FHIR_JSON, requireFhirJson } from '../fhir/media.js';
 import { resolvePrincipal } from '../fhir/principal.js';
 import { assembledForUse } from './assemble.js';
+import { queryRun } from './query.js';
 import { tenantResolver } from './resolve.js';
 import type { RegisterOperation } from './router.js';
 
@@ -69,6 +76,45 @@ export const validateInput = (
   };
 };
 
+/**
+ * The Questionnaire a response contains (`questionnaire` `#id`; R5 Resource.contained, issue 35),
+ * with the response's other contained resources beside its own: contained resources cannot nest,
+ * so a ValueSet its `answerValueSet` `#vs` names is the response's sibling resource.
+ */
+const containedQuestionnaire = (
+  response: QuestionnaireResponse,
+  reference: string,
+): Questionnaire | undefined => {
+  const contained = (Array.isArray(response.contained) ? response.contained : []).filter(isObject);
+  const found = contained.find((r) => r.resourceType === 'Questionnaire' && `#${String(r.id)}` === reference);
+  if (!found) return undefined;
+  const own = Array.isArray(found.contained) ? found.contained : [];
+  const siblings = contained.filter((r) => r !== found);
+  return {
+    ...(found as unknown as Questionnaire),
+    ...(own.length + siblings.length > 0 ? { contained: [...own, ...siblings] } : {}),
+  };
+};
+
+/**
+ * `%patient` for the form's answerExpressions (issue 35): the response's local `Patient/{id}`
+ * subject as the caller may read it; nothing when the form computes no answers, the subject is
+ * elsewhere, or the caller may not read it (then only the id is known, src/sdc/validate.ts).
+ */
+const subjectEnvironment = async (
+  casebook: Casebook,
+  principal: Principal,
+  response: QuestionnaireResponse,
+  form: Questionnaire,
+): Promise<FhirPathEnv> => {
+  if (!usesAnswerExpressions(form)) return {};
+  const reference = (response.subject as { reference?: unknown } | undefined)?.reference;
+  const id = typeof reference === 'string' ? idInReference(reference, 'Patient') : undefined;
+  if (id === undefined) return {};
+  const row = await readIfVisible(casebook.sql, principal, 'Patient', id);
+  return row ? { patient: { ...row.resource, resourceType: 'Patient', id: String(row.id) } } : {};
+};
+
 /** Registers `POST /QuestionnaireResponse/$validate` (docs/interface.md §4.4). */
 export const register: RegisterOperation = (router, casebook) => {
   router.post('/QuestionnaireResponse/$validate', async (ctx) => {
@@ -87,7 +133,9 @@ export const register: RegisterOperation = (router, casebook) => {
           'QuestionnaireResponse.questionnaire',
           { issueCode: 'required' },
         );
-      questionnaire = (await resolve('Questionnaire', canonical)) as Questionnaire | undefined;
+      questionnaire = canonical.startsWith('#')
+        ? containedQuestionnaire(input.response, canonical)
+        : ((await resolve('Questionnaire', canonical)) as Questionnaire | undefined);
       if (!questionnaire)
         throw new DomainError(
           'unprocessable',
@@ -102,6 +150,12 @@ export const register: RegisterOperation = (router, casebook) => {
     const form = await assembledForUse(questionnaire, resolve, budget);
     ctx.status = 200;
     ctx.type = FHIR_JSON;
-    ctx.body = await validateResponse(input.response, form, { resolve, budget });
+    ctx.body = await validateResponse(input.response, form, {
+      resolve,
+      budget,
+      environment: await subjectEnvironment(casebook, principal, input.response, form),
+      // answerExpression queries (issue 35) run under the caller's scopes, within the query budget.
+      queries: queryRun(ctx, casebook.sql, principal, casebook.config),
+    });
   });
 };

@@ -34,6 +34,7 @@ import type { ItemDefinition } from './definition.js';
 import { enabledAt, hasAnswers, isEnabled } from './enablement.js';
 import {
   arrayOf,
+  EXT_ANSWER_EXPRESSION,
   EXT_MAX_DECIMAL_PLACES,
   EXT_MAX_OCCURS,
   EXT_MAX_QUANTITY,
@@ -176,21 +177,25 @@ export const occursOfAnswers: NodeRule = (engine, node) => {
 };
 
 /** The answerOption an answer chose (by value), if any. */
-const chosenOption = (def: ItemDefinition, answer: unknown): Record<string, unknown> | undefined => {
+const chosenOption = (
+  engine: EngineContext,
+  def: ItemDefinition,
+  answer: unknown,
+): Record<string, unknown> | undefined => {
   if (!isObject(answer)) return undefined;
   const key = valueKeys(answer, 'value')[0];
   if (key === undefined) return undefined;
-  return optionsOf(def).find((o) => {
+  return optionsOf(def, engine).find((o) => {
     const own = valueKeys(o, 'value')[0];
     return own !== undefined && compareValues(key, answer[key], own, o[own]) === 0;
   });
 };
 
 /** An answer of an option marked questionnaire-optionExclusive cannot be combined with others. */
-export const optionExclusive: NodeRule = (_engine, node) => {
+export const optionExclusive: NodeRule = (engine, node) => {
   if (node.answers.length < 2) return undefined;
   const index = node.answers.findIndex((answer) => {
-    const option = chosenOption(node.def, answer);
+    const option = chosenOption(engine, node.def, answer);
     return option !== undefined && extensionValue(option, EXT_OPTION_EXCLUSIVE)?.[1] === true;
   });
   if (index < 0) return undefined;
@@ -231,7 +236,8 @@ const answerShape = (check: AnswerCheck): Finding | { key: string; value: unknow
   const key = keys[0]!;
   const value = answer[key];
   const expected = answerKeyOf(def.type);
-  const constrained = optionsOf(def).length > 0 || typeof def.item.answerValueSet === 'string';
+  const constrained =
+    optionsOf(def).length > 0 || typeof def.item.answerValueSet === 'string' || computesOptions(def);
   const openChoice = constrained && def.item.answerConstraint === 'optionsOrString';
   if (expected && key !== expected && !(openChoice && key === 'valueString'))
     return {
@@ -246,15 +252,44 @@ const answerShape = (check: AnswerCheck): Finding | { key: string; value: unknow
 
 // ---------------------------------------------------------------------------- answer rules
 
-const optionsOf = (def: ItemDefinition): Record<string, unknown>[] =>
-  arrayOf<unknown>(def.item.answerOption).filter(isObject);
+/** An item whose permitted answers its answerExpression computes (SDC: only without answerOption/answerValueSet). */
+const computesOptions = (def: ItemDefinition): boolean =>
+  extensionsOf(def.item, EXT_ANSWER_EXPRESSION).length > 0 &&
+  arrayOf(def.item.answerOption).length === 0 &&
+  def.item.answerValueSet === undefined;
 
-/** With answerConstraint optionsOnly (the default), a value must be one of the answerOptions. */
-export const answerOption: AnswerRule = ({ def, key, value }) => {
-  const options = optionsOf(def);
+/**
+ * The item's answer options: its answerOption, or — for an item with an answerExpression — the
+ * options computed for this run (EngineOptions.computedOptions; SDC answerExpression, issue 35).
+ */
+const optionsOf = (def: ItemDefinition, engine?: EngineContext): Record<string, unknown>[] =>
+  engine && computesOptions(def)
+    ? [...(engine.options.computedOptions?.get(def.linkId) ?? [])]
+    : arrayOf<unknown>(def.item.answerOption).filter(isObject);
+
+/**
+ * With answerConstraint optionsOnly (the default), a value must be one of the answerOptions — or
+ * of the options its answerExpression computed (issue 35; an item whose expression could not be
+ * computed is not checked, and says so).
+ */
+export const answerOption: AnswerRule = ({ engine, def, key, value }) => {
+  const computed = computesOptions(def);
+  const options = optionsOf(def, engine);
   const constraint = def.item.answerConstraint ?? 'optionsOnly';
+  if (computed && !engine.options.computedOptions?.has(def.linkId)) {
+    if (constraint === 'optionsOrType' || (constraint === 'optionsOrString' && key === 'valueString'))
+      return undefined;
+    const why = engine.options.computedUnavailable?.get(def.linkId) ?? 'it was not evaluated';
+    return finding(
+      def,
+      'not-found',
+      'The list of answers could not be computed, so this answer was not checked against it.',
+      `the answerExpression could not be computed (${why}), so ${describeValue(key, value)} was not checked against it`,
+      true,
+    );
+  }
   if (
-    options.length === 0 ||
+    (options.length === 0 && !computed) ||
     constraint === 'optionsOrType' ||
     (constraint === 'optionsOrString' && key === 'valueString')
   )
@@ -269,7 +304,7 @@ export const answerOption: AnswerRule = ({ def, key, value }) => {
         def,
         'code-invalid',
         'Choose one of the listed answers.',
-        `${describeValue(key, value)} is not one of the answer options`,
+        `${describeValue(key, value)} is not one of the ${computed ? 'answers its answerExpression permits' : 'answer options'}`,
       );
 };
 

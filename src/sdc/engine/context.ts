@@ -31,6 +31,13 @@ export interface EngineOptions {
   readonly suppliedVariables?: ReadonlySet<string>;
   /** Variables bound to a response item and what is beneath it (itemPopulationContext). */
   readonly bindingsOf?: (item: QuestionnaireResponseItem) => FhirPathEnv | undefined;
+  /**
+   * The permitted answers of items with an answerExpression, computed before the run
+   * (src/sdc/answer-expression.ts), by linkId: checked as answerOption is (issue 35).
+   */
+  readonly computedOptions?: ReadonlyMap<string, readonly Record<string, unknown>[]>;
+  /** Items whose answerExpression could not be computed, and why: their answers are not checked. */
+  readonly computedUnavailable?: ReadonlyMap<string, string>;
 }
 
 /** A problem found by a rule. */

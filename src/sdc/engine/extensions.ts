@@ -44,6 +44,13 @@ export const EXT_MIN_QUANTITY = `${SDC}sdc-questionnaire-minQuantity`;
 /** The largest quantity a quantity item accepts (valueQuantity; compared across UCUM units). */
 export const EXT_MAX_QUANTITY = `${SDC}sdc-questionnaire-maxQuantity`;
 export const EXT_LAUNCH_CONTEXT = `${SDC}sdc-questionnaire-launchContext`;
+/**
+ * The permitted answers of a question, computed at run time (SDC "Expressions", answerExpression):
+ * FHIRPath or `application/x-fhir-query`; only on an item without answerOption and answerValueSet.
+ */
+export const EXT_ANSWER_EXPRESSION = `${SDC}sdc-questionnaire-answerExpression`;
+/** Candidate answers offered to the person filling the form, none chosen (SDC population). */
+export const EXT_CANDIDATE_EXPRESSION = `${SDC}sdc-questionnaire-candidateExpression`;
 export const EXT_ITEM_POPULATION_CONTEXT = `${SDC}sdc-questionnaire-itemPopulationContext`;
 
 /** `value` is a non-null object and not an array. */

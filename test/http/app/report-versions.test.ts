@@ -31,6 +31,7 @@ for (const database of testDatabases) {
             { linkId: 'impression', text: 'Impression', type: 'string', required: true },
             { linkId: 'referrer', text: 'Referrer', type: 'string' },
             { linkId: 'studied', text: 'Study date', type: 'date' },
+            { linkId: 'reported', text: 'Reported at', type: 'dateTime' },
           ],
         },
       });
@@ -266,10 +267,19 @@ for (const database of testDatabases) {
         base_version: '1',
         'q:impression': 'Fine',
         'q:studied': '2026-11-03',
+        // Typed in a browser one hour east of UTC: shown in UTC, saying so (docs/interface.md §4.2).
+        'q:reported': '2026-11-27T10:42',
+        'cb:tz': '+01:00',
       });
       const { html } = await page(r.cookie, r.taskId);
       expect(html).to.contain('3 Nov 2026');
       expect(html).not.to.contain('>2026-11-03<');
+      expect(html).to.match(
+        /data-linkid="reported"[\s\S]*?<div class="answer-readonly">27 Nov 2026, 09:42 UTC<\/div>/,
+      );
+      expect(html).to.match(
+        /Final report<\/strong> · version 2 · [^<]+ · <time datetime="[^"]+">\d{1,2} [A-Z][a-z]{2} \d{4}, \d{2}:\d{2} UTC<\/time>/,
+      );
       expect(html).to.match(/data-linkid="referrer"[^>]*hidden/);
       expect(html).to.contain('Show unanswered questions');
       const all = await page(r.cookie, r.taskId, '?unanswered=show');

@@ -292,9 +292,21 @@ describe('answer constraints of the form engine (issue 35)', () => {
         'Observation/a.b-c/_history/2',
         'https://other.example.org/fhir/Patient/9',
         'urn:uuid:53fefa32-fcbb-4ff8-8a92-55ee120877b7',
-        '#p1',
       ])
         expectValid(await run(ref, answered('who', { valueReference: { reference } })));
+      // `#p1` names a resource the response contains (test/sdc/contained.test.ts: one it lacks is refused).
+      expectValid(
+        await validateResponse(
+          {
+            resourceType: 'QuestionnaireResponse',
+            questionnaire: URL,
+            status: 'completed',
+            contained: [{ resourceType: 'Patient', id: 'p1' }],
+            item: [answered('who', { valueReference: { reference: '#p1' } })],
+          },
+          ref,
+        ),
+      );
     });
     it('refuses a reference to an unknown resource type (Chicken/x) and malformed ones', async () => {
       expectError(

@@ -210,8 +210,15 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
   const status = document.getElementById('cb-save-status');
   const base = () => form.querySelector<HTMLInputElement>('input[name="base_version"]');
   const baseVersion = () => base()?.value ?? '';
+  /**
+   * The page holds answers the server did not store (`data-unsaved`: a refused submit, a
+   * conflict, a merge; src/http/app/editor.ts): they count as unsaved from the start.
+   */
+  const unsavedOnArrival = form.hasAttribute('data-unsaved');
   /** The answers as the server has them (the page as served, then each save). */
-  let stored = snapshot(form);
+  let stored: Pick<Draft, 'counts' | 'controls'> = unsavedOnArrival
+    ? { counts: {}, controls: [] }
+    : snapshot(form);
   let submitting = false;
   let leaving = false;
   /** Set while the form posts a save without script (the page then shows the server's answer). */
@@ -234,6 +241,7 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
   };
   const savedAt = status?.dataset.savedAt;
   if (savedAt) say(`Saved ${clockTime(savedAt)}`, 'saved');
+  if (unsavedOnArrival) say('Not saved yet', 'pending');
 
   const dirty = () => !sameAnswers(snapshot(form), stored);
 
@@ -471,6 +479,11 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
       });
       return;
     }
+    if (action === 'merge') {
+      // The conflict page's merge posts the answers again: nothing is left behind.
+      leaving = true;
+      return;
+    }
     if (action === 'submit') {
       keepDraft();
       submitting = true;
@@ -502,9 +515,14 @@ export const startReportWork = (form: HTMLFormElement, hooks: EditorHooks): void
     } else form.querySelector<HTMLButtonElement>('button[name="action"][value="cancel"]')?.focus();
   });
 
-  offerDraft(form, taskId, stored, hooks, () => {
-    onChange();
-  });
+  if (unsavedOnArrival) {
+    // The page holds what the user just posted: it supersedes older drafts and is kept as the draft.
+    forget(taskId);
+    keepDraft();
+  } else
+    offerDraft(form, taskId, stored, hooks, () => {
+      onChange();
+    });
 };
 
 /** Offers the newest draft of the Task back when it differs from the page's answers. */
