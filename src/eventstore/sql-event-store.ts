@@ -34,7 +34,6 @@ import {
   comparePositions,
   EventIdConflict,
   type EventMetadata,
-  type EventStore,
   type ExpectedState,
   type NewEvent,
   type PendingEvent,
@@ -704,10 +703,9 @@ export class SqlEventStore implements TransactionalEventStore {
       throw new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
     const hook = this.hook;
     const known = hook ? [...hook.known] : null;
-    const needed =
-      hook !== undefined && hook.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type))));
+    const needed = hook?.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type)))) ?? false;
     // No read-model work: no calls. Else the hook's calls, when it can say its work so.
-    const calls = !needed ? [] : this.sql.inTransaction ? undefined : inlineCallsOf(hook, requests);
+    const calls = !needed || !hook ? [] : this.sql.inTransaction ? undefined : inlineCallsOf(hook, requests);
     let outcome: AppendOutcome | 'not_live' | undefined;
     if (calls) {
       const append: Append = { requests, data, known, calls };
