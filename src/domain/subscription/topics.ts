@@ -72,9 +72,15 @@ const referenceText = (value: unknown): string | undefined => {
   return typeof reference === 'string' ? reference : undefined;
 };
 
+/** The reference patterns of the filter types (fixed, linear: no client text in a pattern). */
+const REFERENCE_PATTERNS = {
+  Patient: /(?:^|\/)Patient\/([^/]+)(?:\/_history\/[^/]+)?$/,
+  Encounter: /(?:^|\/)Encounter\/([^/]+)(?:\/_history\/[^/]+)?$/,
+} as const;
+
 /** `…/Patient/12`, `Patient/12/_history/3` or `12` → `Patient/12`; other text unchanged. */
-export const normaliseReference = (type: string, value: string): string => {
-  const match = new RegExp(`(?:^|/)${type}/([^/]+)(?:/_history/[^/]+)?$`).exec(value);
+export const normaliseReference = (type: keyof typeof REFERENCE_PATTERNS, value: string): string => {
+  const match = REFERENCE_PATTERNS[type].exec(value);
   if (match) return `${type}/${match[1]}`;
   return /^[A-Za-z0-9\-.]{1,64}$/.test(value) ? `${type}/${value}` : value;
 };
