@@ -16,7 +16,7 @@
  *    raw copy speed the rebuild of eleven read models reaches.
  * Targets: ≥ 25,000 events/s, peak RSS < 400 MB (issue 11). BENCH_KEEP=1 keeps the schema.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { PostgresSql } from '../src/db/sql.js';
 import { openEventStore } from '../src/eventstore/index.js';
@@ -60,6 +60,32 @@ const replay = async (schema: string) => {
   const ms = performance.now() - started;
   if (code !== 0) throw new Error(`casebook replay exited with ${code}:\n${child.output()}`);
   return { ms, peak, output: child.output() };
+};
+
+/** Runs `casebook verify` on `schema` (the sealed log; docs/architecture.md "Tamper-evident log"); returns its exit code and output. */
+const verify = async (schema: string): Promise<{ code: number | null; output: string }> => {
+  const child = spawnCasebook(['verify'], { DATABASE_URL: withSchemaUrl(schema), LOG_LEVEL: 'warn' });
+  const code = await new Promise<number | null>((resolve) => child.process.once('exit', resolve));
+  return { code, output: child.output() };
+};
+
+/**
+ * md5 of the rows of every read-model table of `schema` (`rm_*`), each row as text, in text order:
+ * two versions of the code replaying one log built the same read models when these agree.
+ */
+const readModelDigests = async (admin: PostgresSql, schema: string): Promise<Record<string, string>> => {
+  const tables = await admin.query<{ name: string }>(
+    `SELECT tablename AS name FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'rm\\_%' ORDER BY 1`,
+    [schema],
+  );
+  const digests: Record<string, string> = {};
+  for (const { name } of tables) {
+    const [row] = await admin.query<{ n: number; md5: string | null }>(
+      `SELECT count(*)::int AS n, md5(string_agg(t::text, E'\\n' ORDER BY t::text)) AS md5 FROM ${schema}.${name} t`,
+    );
+    digests[name] = `${row?.n ?? 0} rows ${row?.md5 ?? '-'}`;
+  }
+  return digests;
 };
 
 const RAW_PAGE = 2500;
@@ -148,6 +174,8 @@ const main = async () => {
     const rawBefore = await rawCopy(schema);
     const run = await replay(schema);
     const rawAfter = await rawCopy(schema);
+    const verified = await verify(schema);
+    const digests = await readModelDigests(admin, schema);
     const rawRate = (rawBefore.events + rawAfter.events) / ((rawBefore.ms + rawAfter.ms) / 1000);
     const replayed = Number(/"replayed":\s*(\d+)/.exec(run.output)?.[1] ?? count);
     const rate = replayed / (run.ms / 1000);
@@ -179,8 +207,19 @@ const main = async () => {
         run.peak * 1.048576 < TARGET_RSS_MB ? 'pass' : 'MISS',
       ],
     ];
+    rows.push([
+      '`casebook verify` after the replay',
+      `exit ${verified.code}`,
+      'exit 0',
+      verified.code === 0 ? 'pass' : 'MISS',
+    ]);
+    const all = createHash('md5').update(JSON.stringify(digests)).digest('hex');
+    rows.push(['md5 of every read-model table (rm_*)', all, '', '']);
     console.log('| measure | value | target | |\n|---|---|---|---|');
     for (const row of rows) console.log(`| ${row.join(' | ')} |`);
+    if (verified.code !== 0) console.log(`\ncasebook verify:\n${verified.output}`);
+    if (process.env.BENCH_MD5 === '1')
+      for (const [table, digest] of Object.entries(digests)) console.log(`${table}: ${digest}`);
   } finally {
     if (!reuse && process.env.BENCH_KEEP !== '1') await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     else console.log(`schema kept: BENCH_SCHEMA=${schema}`);

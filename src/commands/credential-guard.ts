@@ -31,6 +31,7 @@ import {
   RateLimiterPostgres,
   RateLimiterRes,
 } from 'rate-limiter-flexible';
+import { migrate, migrationsIn } from '../db/migrations.js';
 import type { Sql } from '../db/sql.js';
 import { hashSecret, hashToken, randomToken, verifySecret } from './secrets.js';
 
@@ -51,16 +52,19 @@ const SWEEP_EVERY_MS = 300_000;
 const FAILURES_TABLE = 'credential_failures';
 
 /**
- * Creates the table of failure counts if missing: `key` (`client:<sha-256 of the claimed id>` or
- * `address:<address>`), `points` (failures counted), `expire` (epoch milliseconds the count or
- * the refusal ends). Not a read model: counts are not events, and a rebuild leaves them.
+ * Brings the table of failure counts ({@link FAILURES_TABLE}: `key`, `points`, `expire` epoch
+ * milliseconds) to the last version of src/commands/sql/credential-failures/ (component
+ * `credential-failures`; docs/architecture.md "Schema migrations"). Not a read model: counts are
+ * not events, and a rebuild leaves them. Idempotent.
+ * @throws what a failing migration throws (its transaction is rolled back).
  */
-export const migrateCredentialFailures = (sql: Sql): Promise<void> =>
-  sql.exec(`CREATE TABLE IF NOT EXISTS ${FAILURES_TABLE} (
-    key varchar(255) PRIMARY KEY,
-    points integer NOT NULL DEFAULT 0,
-    expire bigint
-  )`);
+export const migrateCredentialFailures = async (sql: Sql): Promise<void> => {
+  await migrate(
+    sql,
+    'credential-failures',
+    migrationsIn(new URL('./sql/credential-failures/', import.meta.url)),
+  );
+};
 
 /**
  * `sql` as rate-limiter-flexible's PostgreSQL client: its statements run through our handle (pool

@@ -3,7 +3,9 @@
  * resources come from Postgres sequences in the read-model database. Sequences are not read
  * models: a rebuild never drops them, and catching up moves them past every id in the log.
  */
+
 import { CLINICAL_TYPES } from '../domain/fhir/resource.js';
+import { migrate, migrationsIn } from './migrations.js';
 import type { Sql } from './sql.js';
 
 export const ID_SEQUENCES = [
@@ -22,9 +24,14 @@ export type IdKind = (typeof ID_SEQUENCES)[number];
 
 export const sequenceName = (kind: IdKind): string => `casebook_${kind.toLowerCase()}_id_seq`;
 
-/** Creates the id sequences if missing. */
+/**
+ * Brings the id sequences in the current schema to the last version of src/db/sql/id-sequences/
+ * (component `id-sequences`; docs/architecture.md "Ids", "Schema migrations"): one sequence per
+ * kind of {@link ID_SEQUENCES}. Idempotent.
+ * @throws what a failing migration throws (its transaction is rolled back).
+ */
 export const migrateSequences = async (sql: Sql): Promise<void> => {
-  for (const kind of ID_SEQUENCES) await sql.exec(`CREATE SEQUENCE IF NOT EXISTS ${sequenceName(kind)}`);
+  await migrate(sql, 'id-sequences', migrationsIn(new URL('./sql/id-sequences/', import.meta.url)));
 };
 
 /** Ids of one kind being allocated on one database: the round trip in flight and who waits for the next. */

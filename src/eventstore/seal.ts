@@ -19,6 +19,7 @@
  */
 import { createHash } from 'node:crypto';
 import canonicalizeModule from 'canonicalize';
+import { migrate, migrationsIn } from '../db/migrations.js';
 import type { Sql } from '../db/sql.js';
 import {
   comparePositions,
@@ -38,28 +39,14 @@ export const canonicalJson = (value: unknown): string => canonicalize(value) ?? 
 /** The chain's start: 32 zero bytes, hex. */
 export const GENESIS_HASH = '0'.repeat(64);
 
-/** Creates the seal tables if missing (idempotent). */
+/**
+ * Brings the seal tables (`es_seals`, `es_seal_leaves`) in the current schema to the last version
+ * of src/eventstore/sql/seals/ (component `seals`; docs/architecture.md "Tamper-evident log",
+ * "Schema migrations"). Idempotent.
+ * @throws what a failing migration throws (its transaction is rolled back).
+ */
 export const migrateSeals = async (sql: Sql): Promise<void> => {
-  await sql.exec(`
-    CREATE TABLE IF NOT EXISTS es_seals (
-      seq bigint PRIMARY KEY,
-      from_position text,
-      to_position text NOT NULL,
-      to_commit numeric NOT NULL,
-      to_prepare numeric NOT NULL,
-      event_count integer NOT NULL,
-      previous_hash text NOT NULL,
-      head_hash text NOT NULL,
-      sealed_at timestamptz NOT NULL DEFAULT now()
-    );
-    CREATE TABLE IF NOT EXISTS es_seal_leaves (
-      commit_pos numeric NOT NULL,
-      prepare_pos numeric NOT NULL,
-      event_id uuid NOT NULL,
-      leaf text NOT NULL,
-      seal_seq bigint NOT NULL,
-      PRIMARY KEY (commit_pos, prepare_pos)
-    );`);
+  await migrate(sql, 'seals', migrationsIn(new URL('./sql/seals/', import.meta.url)));
 };
 
 /** SHA-256 of the canonical bytes of `event`, hex. */

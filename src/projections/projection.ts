@@ -157,7 +157,8 @@ export const migrateReadModel = async (sql: Sql, name: string): Promise<void> =>
 
 /**
  * The statement that applies `rows` through a read model's apply function, which its migration
- * file defines in two forms with one body (docs/architecture.md "Event store", "A small batch
+ * files define as one body (`name` without `_apply`, `_write`, taking an array of the read model's
+ * change type) behind two entry points that only convert their input (docs/architecture.md "Event store", "A small batch
  * reaches its rows by key"): up to 100 rows `name(batch json)`, the keyed form, which runs with
  * `enable_seqscan = off` so that a small batch (an append's, a follower's) reaches its rows by key
  * although the planner counts `json_to_recordset` as 100 rows; beyond it `name_bulk` with the rows

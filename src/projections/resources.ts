@@ -171,14 +171,18 @@ export const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] 
 // inserted (or update an older row), other changes update rows below their version; identifiers
 // follow every row written. The DELETE and INSERT of identifiers never touch the same row, so they
 // are safe in one statement.
-// Two functions with one body (src/projections/sql/resources/001_resources.sql): rm_resources_apply, for a small batch, reaches
+// One body, rm_resources_write, behind two entry points (src/projections/sql/resources/002_one_body.sql): rm_resources_apply, for a small batch, reaches
 // its rows by their keys; the planner counts json_to_recordset as 100 rows and, against a table of
 // a few thousand rows, joined the batch by a sequential scan of rm_resources or
 // rm_resource_identifiers (an update at 8,000 Patients: 1.6 ms instead of 80 us).
 // rm_resources_apply_bulk takes a rebuild's pages (a replay ran ~30 % slower with the keyed plan),
 // as parallel arrays.
 const APPLY_FUNCTION = 'rm_resources_apply';
-/** The columns, in the order of the bulk function's parameters (a test holds them to it), of a {@link ResourceRowChange}, as the apply functions take them. */
+/**
+ * The columns of a {@link ResourceRowChange} as the apply functions take them: the attributes of
+ * the SQL type `rm_resources_change`, and the bulk function's parameters, in this order (a test
+ * holds both to it).
+ */
 export const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'resource_type', type: 'text' },
   { name: 'id', type: 'integer' },

@@ -67,12 +67,17 @@ export const foldSessions = (events: readonly PendingEvent[]): SessionRowChange[
 const SESSION_EVENTS = new Set(['SessionCreated', 'SessionHandedOver', 'SessionEnded']);
 
 // Creations are inserted (or update an older row); other changes update rows below their revision.
-// A function, so that an append can run it in its own statement (Projection.inline).
-// Two functions with one body (src/projections/sql/sessions/001_sessions.sql), as rm_resources_apply: a small batch reaches
-// its rows by key, not by the scan of rm_sessions the planner prefers while it takes the batch for
-// 100 rows; a rebuild's large pages go to rm_sessions_apply_bulk.
+// A function, so that an append can run it in its own statement (Projection.inline). One body,
+// rm_sessions_write, behind two entry points (src/projections/sql/sessions/002_one_body.sql), as
+// rm_resources_apply: a small batch reaches its rows by key, not by the scan of rm_sessions the
+// planner prefers while it takes the batch for 100 rows; a rebuild's large pages go to
+// rm_sessions_apply_bulk.
 const APPLY_FUNCTION = 'rm_sessions_apply';
-/** The columns, in the order of the bulk function's parameters (a test holds them to it), of a {@link SessionRowChange}, as the apply functions take them. */
+/**
+ * The columns of a {@link SessionRowChange} as the apply functions take them: the attributes of
+ * the SQL type `rm_sessions_change`, and the bulk function's parameters, in this order (a test
+ * holds both to it).
+ */
 export const APPLY_COLUMNS: readonly ApplyColumn[] = [
   { name: 'id', type: 'integer' },
   { name: 'revision', type: 'integer' },

@@ -8,6 +8,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { loadModule, parsePlPgSQLSync, parseSync } from 'libpg-query';
+import { ID_SEQUENCES, sequenceName } from '../../src/db/sequences.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -36,9 +37,20 @@ describe('SQL files parse (libpg-query)', () => {
     it(`${file}: its statements and its PL/pgSQL bodies`, () => {
       const text = readFileSync(join(ROOT, file), 'utf8');
       expect(parseSync(text).stmts?.length ?? 0).to.be.greaterThan(0);
-      const declared = text.match(/LANGUAGE plpgsql/gi)?.length ?? 0;
+      // Functions in PL/pgSQL and DO blocks (PL/pgSQL by default): the parser checks both.
+      const declared =
+        (text.match(/LANGUAGE plpgsql/gi)?.length ?? 0) + (text.match(/^DO \$/gim)?.length ?? 0);
       expect(plpgsqlFunctions(text)).to.equal(declared);
     });
+
+  it('the id sequences migrations create one sequence per kind of ID_SEQUENCES, and no other', () => {
+    const created = FILES.filter((f) => f.startsWith('src/db/sql/id-sequences/'))
+      .flatMap((f) => [
+        ...readFileSync(join(ROOT, f), 'utf8').matchAll(/CREATE SEQUENCE IF NOT EXISTS (\w+)/g),
+      ])
+      .map((m) => m[1]);
+    expect([...created].sort()).to.deep.equal(ID_SEQUENCES.map(sequenceName).sort());
+  });
 
   it('fails a file whose statement or PL/pgSQL body does not parse', () => {
     expect(() => parseSync('CREATE TABLE t (a int,);')).to.throw(/syntax error/);

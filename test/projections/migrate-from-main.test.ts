@@ -8,6 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { pino } from 'pino';
+import { readMigrations } from '../../src/db/migrations.js';
 import { migrateSequences } from '../../src/db/sequences.js';
 import type { Sql } from '../../src/db/sql.js';
 import type { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
@@ -159,11 +160,15 @@ for (const db of testDatabases)
           await sql.query(`INSERT INTO projection_state (name, status) VALUES ($1, 'live')`, [p.name]);
       });
       const versions = await old.sql.query<{ component: string; version: number }>(
-        `SELECT component, version FROM schema_migrations WHERE component LIKE 'projection%' ORDER BY component`,
+        `SELECT component, max(version) AS version FROM schema_migrations WHERE component LIKE 'projection%'
+          GROUP BY component ORDER BY component`,
       );
+      // Every read model at its last version: the fixture's schema is version 1, later files upgrade it.
+      const last = (name: string) =>
+        readMigrations(new URL(`../../src/projections/sql/${name}/`, import.meta.url)).length;
       expect(versions.map((v) => `${v.component}@${v.version}`)).to.have.members([
         'projection-state@1',
-        ...allProjections.map((p) => `${readModelComponent(p.name)}@1`),
+        ...allProjections.map((p) => `${readModelComponent(p.name)}@${last(p.name)}`),
       ]);
       // No function keeps the sha1 marker of the definitions made before.
       const marked = await old.sql.query(
@@ -199,5 +204,19 @@ for (const db of testDatabases)
       expect(await exists('rm_sessions_apply_bulk', bulkParameters(SESSION_COLUMNS))).to.equal(true);
       expect(await exists('rm_resources_apply_bulk', bulkParameters(RESOURCE_COLUMNS))).to.equal(true);
       expect(await exists('rm_resources_apply_bulk', bulkParameters(SESSION_COLUMNS))).to.equal(false);
+    });
+
+    it('the one body of each apply function takes changes of the columns the code sends, in order', async () => {
+      const { sql } = await open();
+      const attributes = async (type: string) =>
+        (
+          await sql.query<{ name: string }>(
+            `SELECT a.attname AS name FROM pg_type t JOIN pg_attribute a ON a.attrelid = t.typrelid
+              WHERE t.oid = to_regtype($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+            [type],
+          )
+        ).map((r) => r.name);
+      expect(await attributes('rm_sessions_change')).to.deep.equal(SESSION_COLUMNS.map((c) => c.name));
+      expect(await attributes('rm_resources_change')).to.deep.equal(RESOURCE_COLUMNS.map((c) => c.name));
     });
   });

@@ -20,6 +20,7 @@
 import type { Logger } from 'pino';
 import type { CommandContext } from '../../commands/context.js';
 import { endpointAllowed, recordNotifications, recordOutcome } from '../../commands/subscriptions.js';
+import { migrate, migrationsIn } from '../../db/migrations.js';
 import type { Sql } from '../../db/sql.js';
 import { fold } from '../../domain/decider.js';
 import { type Content, resourceEventKind } from '../../domain/fhir/resource.js';
@@ -153,8 +154,10 @@ export class SubscriptionNotifier {
   /** Creates the checkpoint table (once). */
   async migrate(): Promise<void> {
     if (this.migrated) return;
-    await this.deps.sql.exec(
-      `CREATE TABLE IF NOT EXISTS subscription_notifier_checkpoint (id integer PRIMARY KEY, position text NOT NULL)`,
+    await migrate(
+      this.deps.sql,
+      'subscription-notifier',
+      migrationsIn(new URL('./sql/notifier/', import.meta.url)),
     );
     this.migrated = true;
   }
