@@ -13,9 +13,8 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { writeFileAtomic } from './durable-file.js';
-import { WrongKek } from './kek.js';
 import type { KeyRecord, KeyRecords, RewrapItem, SecretRecord } from './key-store.js';
-import { dataKeyContext, secretContext } from './key-store.js';
+import { dataKeyContext, notUnderOldKek, rotatedAway, secretContext } from './key-store.js';
 
 /** The key store file of a data directory. */
 export const keyStoreFile = (dataDir: string): string => resolve(join(dataDir, 'keys', 'keys.json'));
@@ -128,7 +127,7 @@ export class FileKeyRecords implements KeyRecords {
 
   async insertSecret(tenant: number, record: SecretRecord): Promise<SecretRecord> {
     await this.#commit((state) => {
-      if (state.kek !== record.kekId) throw this.#rotated(record.kekId);
+      if (state.kek !== record.kekId) throw rotatedAway(this.where, record.kekId);
       state.secrets[String(tenant)] ??= {
         wrapped: record.wrapped.toString('base64'),
         kek: record.kekId,
@@ -152,7 +151,7 @@ export class FileKeyRecords implements KeyRecords {
   async insertKey(tenant: number, subjectHash: string, record: KeyRecord): Promise<KeyRecord> {
     const name = entry(tenant, subjectHash);
     return this.#commit((state) => {
-      if (state.kek !== record.kekId) throw this.#rotated(record.kekId!);
+      if (state.kek !== record.kekId) throw rotatedAway(this.where, record.kekId!);
       state.keys[name] ??= {
         id: record.keyId,
         wrapped: record.wrapped!.toString('base64'),
@@ -162,12 +161,6 @@ export class FileKeyRecords implements KeyRecords {
       };
       return keyRecord(state.keys[name]);
     });
-  }
-
-  #rotated(kekId: string): WrongKek {
-    return new WrongKek(
-      `the key store (${this.where}) is no longer under KEK ${kekId}: it was rotated; restart with the new KEK`,
-    );
   }
 
   async destroy(
@@ -197,10 +190,7 @@ export class FileKeyRecords implements KeyRecords {
     rewrap: (item: RewrapItem) => Promise<Buffer>,
   ): Promise<number> {
     return this.#commit(async (state) => {
-      if (state.kek !== oldKekId)
-        throw new WrongKek(
-          `the key store (${this.where}) is wrapped under KEK ${state.kek ?? '(none)'}, not under the old KEK given (${oldKekId}): nothing was changed`,
-        );
+      if (state.kek !== oldKekId) throw notUnderOldKek(this.where, state.kek ?? undefined, oldKekId);
       let count = 0;
       for (const [tenant, s] of Object.entries(state.secrets)) {
         const wrapped = await rewrap({

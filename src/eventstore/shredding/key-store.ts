@@ -92,6 +92,21 @@ export const secretContext = (tenant: number): string => `casebook-ids:1:${tenan
 export const keyedHash = (secret: Buffer, purpose: string, value: string): string =>
   createHmac('sha256', secret).update(`${purpose}\0${value}`, 'utf8').digest('hex');
 
+/**
+ * The refusal of a record written under `kekId` after the store was rotated to another KEK (a
+ * process still running with the old KEK).
+ */
+export const rotatedAway = (where: string, kekId: string): WrongKek =>
+  new WrongKek(
+    `the key store (${where}) is no longer under KEK ${kekId}: it was rotated; restart with the new KEK`,
+  );
+
+/** The refusal of a rotation from `oldKekId` of a store that records `recorded` (none: an empty store). */
+export const notUnderOldKek = (where: string, recorded: string | undefined, oldKekId: string): WrongKek =>
+  new WrongKek(
+    `the key store (${where}) is wrapped under KEK ${recorded ?? '(none)'}, not under the old KEK given (${oldKekId}): nothing was changed`,
+  );
+
 /** A new data key id: 16 random bytes, base64url (22 characters). Names no subject. */
 const newKeyId = (): string => randomBytes(16).toString('base64url');
 

@@ -7,9 +7,8 @@
  */
 import { migrate, migrationsIn } from '../../db/migrations.js';
 import { quoteIdentifier, type Sql, withSearchPath } from '../../db/sql.js';
-import { WrongKek } from './kek.js';
 import type { KeyRecord, KeyRecords, RewrapItem, SecretRecord } from './key-store.js';
-import { dataKeyContext, secretContext } from './key-store.js';
+import { dataKeyContext, notUnderOldKek, rotatedAway, secretContext } from './key-store.js';
 
 /** The key store's schema when KEY_STORE_SCHEMA is not set. */
 export const DEFAULT_KEY_STORE_SCHEMA = 'casebook_keys';
@@ -105,7 +104,7 @@ export class SqlKeyRecords implements KeyRecords {
       [tenant, record.wrapped, record.kekId],
     );
     const kept = await this.secret(tenant);
-    if (!kept) throw this.#rotated(record.kekId);
+    if (!kept) throw rotatedAway(this.where, record.kekId);
     return kept;
   }
 
@@ -135,14 +134,8 @@ export class SqlKeyRecords implements KeyRecords {
       [tenant, subjectHash, record.keyId, record.wrapped, record.kekId],
     );
     const kept = await this.keyBySubject(tenant, subjectHash);
-    if (!kept) throw this.#rotated(record.kekId!);
+    if (!kept) throw rotatedAway(this.where, record.kekId!);
     return kept;
-  }
-
-  #rotated(kekId: string): WrongKek {
-    return new WrongKek(
-      `the key store (${this.where}) is no longer under KEK ${kekId}: it was rotated; restart with the new KEK`,
-    );
   }
 
   async destroy(
@@ -176,9 +169,7 @@ export class SqlKeyRecords implements KeyRecords {
       // Held until commit: inserts under the old KEK wait, then find the store rotated.
       const [current] = await tx.query<{ kek_id: string }>(`SELECT kek_id FROM ${this.#t.kek} FOR UPDATE`);
       if (current?.kek_id !== oldKekId)
-        throw new WrongKek(
-          `the key store (${this.where}) is wrapped under KEK ${current?.kek_id ?? '(none)'}, not under the old KEK given (${oldKekId}): nothing was changed`,
-        );
+        throw notUnderOldKek(this.where, current?.kek_id ?? undefined, oldKekId);
       let count = 0;
       const secrets = await tx.query<{ tenant_id: number; wrapped: Uint8Array }>(
         `SELECT tenant_id, wrapped FROM ${this.#t.secrets} FOR UPDATE`,
