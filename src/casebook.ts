@@ -99,7 +99,7 @@ const processAlive = (pid: number): boolean => {
  * open the same data directory. A lock left by a dead process is taken over.
  * @throws {Error} when a live process holds the directory.
  */
-const lockDataDir = (dataDir: string): (() => void) => {
+export const lockDataDir = (dataDir: string): (() => void) => {
   const file = join(dataDir, 'casebook.pid');
   for (let attempt = 0; attempt < 2; attempt++) {
     try {

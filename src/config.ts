@@ -3,6 +3,8 @@
  * defaults run the embedded PGlite store in ./data with all hosts on http://localhost:8080.
  */
 import { z } from 'zod';
+import { parseKek } from './eventstore/shredding/kek.js';
+import { DEFAULT_KEY_STORE_SCHEMA, KEY_STORE_SCHEMA_PATTERN } from './eventstore/shredding/sql-key-store.js';
 import { formatScope, parseScopeList, ScopeSyntaxError } from './fhir/scopes.js';
 
 const list = z
@@ -96,6 +98,13 @@ const schema = z.object({
   LAUNCHER_STAFF_SYSTEM: z.string().default('urn:casebook:hospital:staff'),
   LAUNCHER_TASK_SYSTEM: z.string().default('urn:casebook:hospital:encounter-task'),
   LAUNCHER_SCOPES: z.string().default(DEFAULT_LAUNCHER_SCOPES),
+  CASEBOOK_KEK: z.string().optional(),
+  CASEBOOK_KEK_FILE: z.string().optional(),
+  KEY_STORE_URL: z.string().optional(),
+  KEY_STORE_SCHEMA: z
+    .string()
+    .regex(KEY_STORE_SCHEMA_PATTERN, 'must be a schema name of lower case letters, digits and _')
+    .default(DEFAULT_KEY_STORE_SCHEMA),
 });
 
 export interface Config {
@@ -192,6 +201,18 @@ export interface Config {
      */
     readonly scopes: readonly string[];
   };
+  /**
+   * Crypto-shredding (docs/architecture.md "Erasure"): the KEK's source and where the key store
+   * lives. `kek` is the base64 text of CASEBOOK_KEK, checked to be 32 bytes; never log it.
+   */
+  readonly keys: {
+    readonly kek: string | undefined;
+    readonly kekFile: string | undefined;
+    /** KEY_STORE_URL: a PostgreSQL database of the key store's own; else DATABASE_URL's, else a file in DATA_DIR. */
+    readonly storeUrl: string | undefined;
+    /** KEY_STORE_SCHEMA: the key store's schema in that database (default `casebook_keys`). */
+    readonly storeSchema: string;
+  };
 }
 
 /** The launcher's shared secrets must be at least this long (characters). */
@@ -261,6 +282,8 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
     throw new Error(
       `invalid configuration: AUDIT_READS=false is only accepted when casebook listens on a loopback address (HOST=127.0.0.1), not on ${e.HOST}`,
     );
+  // Refused here, naming the variable and never its value (src/eventstore/shredding/kek.ts).
+  if (e.CASEBOOK_KEK) parseKek(e.CASEBOOK_KEK, 'CASEBOOK_KEK');
   return {
     port: e.PORT,
     host: e.HOST,
@@ -310,6 +333,12 @@ export const loadConfig = (env: NodeJS.ProcessEnv = process.env): Config => {
       allowUnsigned,
       updateDemographics: e.LAUNCHER_UPDATE_DEMOGRAPHICS === 'true',
       scopes: parseLauncherScopes(e.LAUNCHER_SCOPES),
+    },
+    keys: {
+      kek: e.CASEBOOK_KEK || undefined,
+      kekFile: e.CASEBOOK_KEK_FILE || undefined,
+      storeUrl: e.KEY_STORE_URL || undefined,
+      storeSchema: e.KEY_STORE_SCHEMA,
     },
   };
 };

@@ -1,6 +1,6 @@
 /**
  * `casebook` — the command line (docs/architecture.md "Layers" cli/): serve, project, replay, tenants, clients,
- * seed, events. Commands that print data print JSON.
+ * seed, events, verify, keys. Commands that print data print JSON.
  */
 
 import { once } from 'node:events';
@@ -8,10 +8,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { Command, Option } from 'commander';
-import { type Casebook, openCasebook } from '../casebook.js';
+import { type Casebook, lockDataDir, openCasebook } from '../casebook.js';
 import { requeueExport } from '../commands/export.js';
 import { generateSecret } from '../commands/secrets.js';
 import {
@@ -31,6 +31,7 @@ import {
 import { DomainError } from '../domain/decider.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { Sealer } from '../eventstore/sealer.js';
+import { loadKek, parseKek, replaceKekFile, rotateKeys } from '../eventstore/shredding/index.js';
 import { logHead, parseHead, type VerifyResult, verifyAgainst, verifyLog } from '../eventstore/verify.js';
 import { auditEventOf, auditEventsIn } from '../fhir/audit-event.js';
 import type { BacklogDecision } from '../integration/export/exporter.js';
@@ -709,6 +710,58 @@ program
       { project: false },
     ),
   );
+
+const keys = program
+  .command('keys')
+  .description('the key store of crypto-shredding (docs/architecture.md "Erasure")');
+keys
+  .command('rotate')
+  .description(
+    're-wrap every data key and identifier secret under a new KEK (CASEBOOK_NEW_KEK or --new-kek-file) without touching the log; run it with casebook stopped, then start casebook with the new KEK. Prints how many keys were re-wrapped',
+  )
+  .option('--new-kek-file <file>', 'a file holding the new KEK (openssl rand -base64 32 > file)')
+  .action(async (o: { newKekFile?: string }) => {
+    const config = loadConfig();
+    const env = process.env.CASEBOOK_NEW_KEK || undefined;
+    if (o.newKekFile && env)
+      throw new Error('give the new KEK in CASEBOOK_NEW_KEK or --new-kek-file, not both');
+    if (!o.newKekFile && !env)
+      throw new Error(
+        'keys rotate needs the new KEK: set CASEBOOK_NEW_KEK (openssl rand -base64 32) or --new-kek-file',
+      );
+    const newFile = o.newKekFile ? resolve(o.newKekFile) : undefined;
+    const newName = newFile ? `--new-kek-file (${newFile})` : 'CASEBOOK_NEW_KEK';
+    const newText = newFile ? readFileSync(newFile, 'utf8') : env!;
+    const newKek = parseKek(newText, newName);
+    const settings = {
+      dataDir: config.dataDir,
+      databaseUrl: config.databaseUrl,
+      keyStoreUrl: config.keys.storeUrl,
+      keyStoreSchema: config.keys.storeSchema,
+    };
+    const old = loadKek({ ...settings, kek: config.keys.kek, kekFile: config.keys.kekFile }, { make: false });
+    if (old.kek.id === newKek.id)
+      throw new Error(`the new KEK is the KEK in use (${newKek.id}): nothing to rotate`);
+    // The embedded default's data directory is one process's: not while a server holds it.
+    const embedded = !config.databaseUrl && !config.keys.storeUrl && config.dataDir !== 'memory://';
+    const unlock = embedded ? lockDataDir(config.dataDir) : undefined;
+    try {
+      const rewrapped = await rotateKeys(settings, old.kek, newKek);
+      // The embedded default's own KEK file is replaced; a configured KEK is the operator's to change.
+      if (old.origin === 'data directory') replaceKekFile(old.path!, newText, newName);
+      print({
+        rewrapped,
+        from: old.kek.id,
+        to: newKek.id,
+        next:
+          old.origin === 'data directory'
+            ? `the new KEK replaced the old in ${old.path}; back it up apart from the data`
+            : `start casebook with the new KEK in ${old.origin}`,
+      });
+    } finally {
+      unlock?.();
+    }
+  });
 
 program.parseAsync(process.argv).catch((error: unknown) => {
   if (error instanceof DomainError) console.error(`casebook: ${error.message}`);

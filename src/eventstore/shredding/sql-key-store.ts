@@ -1,0 +1,221 @@
+/**
+ * The key store's records in PostgreSQL or PGlite (docs/architecture.md "Erasure", Key store):
+ * three tables in a schema of their own (default `casebook_keys`; KEY_STORE_SCHEMA), made by the
+ * migrations in ./sql/ with that schema as the current one, whatever the connection's search path;
+ * every statement names the schema. The database may be the event log's (DATABASE_URL) or another
+ * one (KEY_STORE_URL).
+ */
+import { migrate, migrationsIn } from '../../db/migrations.js';
+import { quoteIdentifier, type Sql, withSearchPath } from '../../db/sql.js';
+import type { KeyRecord, KeyRecords, RewrapItem, SecretRecord } from './key-store.js';
+import { dataKeyContext, notUnderOldKek, rotatedAway, secretContext } from './key-store.js';
+
+/** The key store's schema when KEY_STORE_SCHEMA is not set. */
+export const DEFAULT_KEY_STORE_SCHEMA = 'casebook_keys';
+
+/** A schema name KEY_STORE_SCHEMA accepts: lower case, digits, underscores, at most 63 characters. */
+export const KEY_STORE_SCHEMA_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Records re-wrapped per statement by a rotation. */
+const REWRAP_PAGE = 500;
+
+type KeyRow = {
+  key_id: string;
+  wrapped: Uint8Array | null;
+  kek_id: string | null;
+  destroyed_at: Date | string | null;
+};
+
+const bytes = (value: Uint8Array): Buffer => Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+
+const keyRecord = (row: KeyRow): KeyRecord => ({
+  keyId: row.key_id,
+  wrapped: row.wrapped ? bytes(row.wrapped) : null,
+  kekId: row.kek_id,
+  destroyedAt: row.destroyed_at === null ? null : new Date(row.destroyed_at).toISOString(),
+});
+
+/** Whether `error` is PostgreSQL's unique violation or duplicate schema (a concurrent CREATE SCHEMA). */
+const alreadyMade = (error: unknown): boolean => {
+  const code = (error as { code?: unknown }).code;
+  return code === '23505' || code === '42P06';
+};
+
+/** {@link KeyRecords} in SQL tables of their own schema. */
+export class SqlKeyRecords implements KeyRecords {
+  readonly where: string;
+  readonly #t: { kek: string; secrets: string; keys: string };
+  private constructor(
+    private readonly sql: Sql,
+    readonly schema: string,
+    private readonly owned: boolean,
+  ) {
+    const s = quoteIdentifier(schema);
+    this.#t = { kek: `${s}.kek`, secrets: `${s}.identifier_secrets`, keys: `${s}.data_keys` };
+    this.where = `schema ${schema}`;
+  }
+
+  /**
+   * Makes the schema and brings its tables to the last migration.
+   * @param schema the key store's schema (default `casebook_keys`).
+   * @param owned whether {@link close} closes `sql` (a KEY_STORE_URL pool of its own).
+   * @throws {Error} for a schema name outside {@link KEY_STORE_SCHEMA_PATTERN}; the database's errors.
+   */
+  static async open(sql: Sql, options: { schema?: string; owned?: boolean } = {}): Promise<SqlKeyRecords> {
+    const schema = options.schema ?? DEFAULT_KEY_STORE_SCHEMA;
+    if (!KEY_STORE_SCHEMA_PATTERN.test(schema))
+      throw new Error(
+        `invalid key store schema name ${JSON.stringify(schema)}: lower case letters, digits and _`,
+      );
+    try {
+      await sql.exec(`CREATE SCHEMA IF NOT EXISTS ${quoteIdentifier(schema)}`);
+    } catch (error) {
+      if (!alreadyMade(error)) throw error;
+    }
+    // The versions table and the tables go into the key store's schema: it is the current one.
+    await migrate(
+      withSearchPath(sql, quoteIdentifier(schema)),
+      'key-store',
+      migrationsIn(new URL('./sql/', import.meta.url)),
+    );
+    return new SqlKeyRecords(sql, schema, options.owned ?? false);
+  }
+
+  async claimKek(kekId: string): Promise<string> {
+    await this.sql.query(`INSERT INTO ${this.#t.kek} (kek_id) VALUES ($1) ON CONFLICT DO NOTHING`, [kekId]);
+    const [row] = await this.sql.query<{ kek_id: string }>(`SELECT kek_id FROM ${this.#t.kek}`);
+    return row!.kek_id;
+  }
+
+  async secret(tenant: number): Promise<SecretRecord | undefined> {
+    const [row] = await this.sql.query<{ wrapped: Uint8Array; kek_id: string }>(
+      `SELECT wrapped, kek_id FROM ${this.#t.secrets} WHERE tenant_id = $1`,
+      [tenant],
+    );
+    return row ? { wrapped: bytes(row.wrapped), kekId: row.kek_id } : undefined;
+  }
+
+  async insertSecret(tenant: number, record: SecretRecord): Promise<SecretRecord> {
+    // Only while the store is still under this KEK (a rotation holds the kek row until it commits).
+    await this.sql.query(
+      `WITH current_kek AS (SELECT 1 FROM ${this.#t.kek} WHERE kek_id = $3 FOR SHARE)
+       INSERT INTO ${this.#t.secrets} (tenant_id, wrapped, kek_id) SELECT $1, $2, $3 FROM current_kek
+       ON CONFLICT (tenant_id) DO NOTHING`,
+      [tenant, record.wrapped, record.kekId],
+    );
+    const kept = await this.secret(tenant);
+    if (!kept) throw rotatedAway(this.where, record.kekId);
+    return kept;
+  }
+
+  async keyBySubject(tenant: number, subjectHash: string): Promise<KeyRecord | undefined> {
+    const [row] = await this.sql.query<KeyRow>(
+      `SELECT key_id, wrapped, kek_id, destroyed_at FROM ${this.#t.keys} WHERE tenant_id = $1 AND subject_hash = $2`,
+      [tenant, subjectHash],
+    );
+    return row ? keyRecord(row) : undefined;
+  }
+
+  async keyById(tenant: number, keyId: string): Promise<KeyRecord | undefined> {
+    const [row] = await this.sql.query<KeyRow>(
+      `SELECT key_id, wrapped, kek_id, destroyed_at FROM ${this.#t.keys} WHERE key_id = $1 AND tenant_id = $2`,
+      [keyId, tenant],
+    );
+    return row ? keyRecord(row) : undefined;
+  }
+
+  async insertKey(tenant: number, subjectHash: string, record: KeyRecord): Promise<KeyRecord> {
+    // Concurrent inserts for one subject: the first commits, the others do nothing and read it.
+    await this.sql.query(
+      `WITH current_kek AS (SELECT 1 FROM ${this.#t.kek} WHERE kek_id = $5 FOR SHARE)
+       INSERT INTO ${this.#t.keys} (tenant_id, subject_hash, key_id, wrapped, kek_id)
+       SELECT $1, $2, $3, $4, $5 FROM current_kek
+       ON CONFLICT (tenant_id, subject_hash) DO NOTHING`,
+      [tenant, subjectHash, record.keyId, record.wrapped, record.kekId],
+    );
+    const kept = await this.keyBySubject(tenant, subjectHash);
+    if (!kept) throw rotatedAway(this.where, record.kekId!);
+    return kept;
+  }
+
+  async destroy(
+    tenant: number,
+    subjectHash: string,
+    tombstoneKeyId: string,
+  ): Promise<{ record: KeyRecord; destroyed: boolean }> {
+    return this.sql.transaction(async (tx) => {
+      const [before] = await tx.query<{ live: boolean }>(
+        `SELECT wrapped IS NOT NULL AS live FROM ${this.#t.keys} WHERE tenant_id = $1 AND subject_hash = $2 FOR UPDATE`,
+        [tenant, subjectHash],
+      );
+      const [row] = await tx.query<KeyRow>(
+        `INSERT INTO ${this.#t.keys} AS k (tenant_id, subject_hash, key_id, wrapped, kek_id, destroyed_at)
+         VALUES ($1, $2, $3, NULL, NULL, now())
+         ON CONFLICT (tenant_id, subject_hash) DO UPDATE
+           SET wrapped = NULL, kek_id = NULL, destroyed_at = coalesce(k.destroyed_at, now())
+         RETURNING key_id, wrapped, kek_id, destroyed_at`,
+        [tenant, subjectHash, tombstoneKeyId],
+      );
+      return { record: keyRecord(row!), destroyed: before?.live ?? false };
+    });
+  }
+
+  async rewrapAll(
+    oldKekId: string,
+    newKekId: string,
+    rewrap: (item: RewrapItem) => Promise<Buffer>,
+  ): Promise<number> {
+    return this.sql.transaction(async (tx) => {
+      // Held until commit: inserts under the old KEK wait, then find the store rotated.
+      const [current] = await tx.query<{ kek_id: string }>(`SELECT kek_id FROM ${this.#t.kek} FOR UPDATE`);
+      if (current?.kek_id !== oldKekId)
+        throw notUnderOldKek(this.where, current?.kek_id ?? undefined, oldKekId);
+      let count = 0;
+      const secrets = await tx.query<{ tenant_id: number; wrapped: Uint8Array }>(
+        `SELECT tenant_id, wrapped FROM ${this.#t.secrets} FOR UPDATE`,
+      );
+      for (const s of secrets) {
+        const wrapped = await rewrap({ context: secretContext(s.tenant_id), wrapped: bytes(s.wrapped) });
+        await tx.query(`UPDATE ${this.#t.secrets} SET wrapped = $2, kek_id = $3 WHERE tenant_id = $1`, [
+          s.tenant_id,
+          wrapped,
+          newKekId,
+        ]);
+        count++;
+      }
+      let after = '';
+      for (;;) {
+        const page = await tx.query<{ tenant_id: number; key_id: string; wrapped: Uint8Array }>(
+          `SELECT tenant_id, key_id, wrapped FROM ${this.#t.keys}
+            WHERE wrapped IS NOT NULL AND key_id > $1 ORDER BY key_id LIMIT ${REWRAP_PAGE} FOR UPDATE`,
+          [after],
+        );
+        if (page.length === 0) break;
+        const ids: string[] = [];
+        const wrapped: string[] = [];
+        for (const k of page) {
+          ids.push(k.key_id);
+          const rewrapped = await rewrap({
+            context: dataKeyContext(k.tenant_id, k.key_id),
+            wrapped: bytes(k.wrapped),
+          });
+          wrapped.push(rewrapped.toString('hex'));
+        }
+        await tx.query(
+          // Hex text, not bytea[]: an array of byte strings is sent alike by node-postgres and PGlite.
+          `UPDATE ${this.#t.keys} AS k SET wrapped = decode(n.wrapped, 'hex'), kek_id = $3
+             FROM unnest($1::text[], $2::text[]) AS n(key_id, wrapped) WHERE k.key_id = n.key_id`,
+          [ids, wrapped, newKekId],
+        );
+        count += page.length;
+        after = page.at(-1)!.key_id;
+      }
+      await tx.query(`UPDATE ${this.#t.kek} SET kek_id = $1, recorded_at = now()`, [newKekId]);
+      return count;
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.owned) await this.sql.close();
+  }
+}
