@@ -35,7 +35,7 @@ import { quoteIdentifier, type Sql, withSearchPath } from '../db/sql.js';
 import { type Position, positionToString } from '../eventstore/port.js';
 import type { TransactionalAppends } from '../eventstore/sql-capability.js';
 import type { Projection } from './projection.js';
-import type { InlineBuild, ProjectionFailure, ProjectionRunner } from './runner.js';
+import type { InlineBuild, ProjectionFailure, ProjectionRunner } from './runner/index.js';
 
 /** What a rebuild did: the events it read, and the projections whose build stopped on an event. */
 export interface RebuildResult {

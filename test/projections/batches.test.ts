@@ -6,7 +6,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'chai';
-import { batches } from '../../src/projections/runner.js';
+import { batches } from '../../src/projections/runner/index.js';
 
 /** Yields 0, 1, 2… every `everyMs` milliseconds, `count` in all, and records when each was yielded. */
 const steady = (count: number, everyMs: number) => {

@@ -21,8 +21,8 @@
 
 import type { Logger } from 'pino';
 import { Subject } from 'rxjs';
-import { forgetMigrations, migrate, migrationsIn } from '../db/migrations.js';
-import type { Sql } from '../db/sql.js';
+import { forgetMigrations, migrate, migrationsIn } from '../../db/migrations.js';
+import type { Sql } from '../../db/sql.js';
 import {
   comparePositions,
   type EventStore,
@@ -30,21 +30,21 @@ import {
   parsePosition,
   positionToString,
   type RecordedEvent,
-} from '../eventstore/port.js';
+} from '../../eventstore/port.js';
 import {
   type AppendHook,
   AppendHookFailure,
   type InlineCall,
   type TransactionalAppends,
   transactionalOf,
-} from '../eventstore/sql-capability.js';
-import { type Projection, readModelComponent } from './projection.js';
+} from '../../eventstore/sql-capability.js';
+import { type Projection, readModelComponent } from '../projection.js';
 import {
   createIndexesAndAnalyze,
   dropSecondaryIndexes,
   type RebuildResult,
   rebuildBeside,
-} from './rebuild.js';
+} from '../rebuild.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;
@@ -67,7 +67,7 @@ const MAX_ERROR_LENGTH = 500;
 
 /** Creates `projection_state` in the current schema if missing (src/projections/sql/projection-state/). */
 const migrateState = async (sql: Sql): Promise<void> => {
-  await migrate(sql, 'projection-state', migrationsIn(new URL('./sql/projection-state/', import.meta.url)));
+  await migrate(sql, 'projection-state', migrationsIn(new URL('../sql/projection-state/', import.meta.url)));
 };
 
 export type ProjectionStatus = 'live' | 'building' | 'stopped';
