@@ -12,7 +12,7 @@ import { pino } from 'pino';
 import { PostgresSql } from '../../src/db/sql.js';
 import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { allProjections } from '../../src/projections/index.js';
-import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
+import { rebuildSchemaOf } from '../../src/projections/rebuild-beside.js';
 import { ProjectionRunner } from '../../src/projections/runner/index.js';
 import { GENERAL, seed, startTestApp, type TestApp, unique } from '../support/app.js';
 import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';

@@ -44,7 +44,7 @@ import {
   dropSecondaryIndexes,
   type RebuildResult,
   rebuildBeside,
-} from '../rebuild.js';
+} from '../rebuild-beside.js';
 
 /** Session advisory lock of the process that builds projections (or, on KurrentDB, follows the log). */
 const RUNNER_LOCK_KEY = `hashtext('casebook-projections:' || current_schema())`;

@@ -27,7 +27,8 @@
  * A projection whose build stops on an event is not swapped in: its live read model stays as it
  * was, and the failure is returned (the operator fixes the cause and replays again).
  *
- * Issue 34 will arrange the runner by modes; this file holds what only a rebuild needs.
+ * The runner's rebuild mode (src/projections/runner/rebuild.ts) calls it on the SQL stores; this
+ * file holds the schema work only a rebuild needs (the build itself is the catch-up mode's).
  */
 import { createHash } from 'node:crypto';
 import pLimit from 'p-limit';
