@@ -68,7 +68,10 @@ const replay = async (schema: string) => {
  * and output.
  */
 const verify = async (schema: string): Promise<{ code: number | null; output: string }> => {
-  const child = spawnCasebook(['verify', '--seal'], { DATABASE_URL: withSchemaUrl(schema), LOG_LEVEL: 'warn' });
+  const child = spawnCasebook(['verify', '--seal'], {
+    DATABASE_URL: withSchemaUrl(schema),
+    LOG_LEVEL: 'warn',
+  });
   const code = await new Promise<number | null>((resolve) => child.process.once('exit', resolve));
   return { code, output: child.output() };
 };
