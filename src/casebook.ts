@@ -18,6 +18,9 @@ import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
+import { shreddingCodec } from './eventstore/shredding/codec.js';
+import { loadKek, openKeyStore } from './eventstore/shredding/index.js';
+import { phiSubjectOf } from './fhir/phi.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { SubscriptionNotifier } from './integration/subscriptions/notifier.js';
@@ -151,9 +154,33 @@ export const openDatabase = async (config: Config): Promise<Sql> => {
  */
 export const openCasebook = async (config: Config, options: OpenOptions = {}): Promise<Casebook> => {
   const logger = options.logger ?? pino({ level: config.logLevel });
+  // The KEK first: a server on PostgreSQL without one refuses to start before it opens anything.
+  const kek = loadKek({
+    kek: config.keys.kek,
+    kekFile: config.keys.kekFile,
+    dataDir: config.dataDir,
+    databaseUrl: config.databaseUrl,
+    keyStoreUrl: config.keys.storeUrl,
+  });
+  if (kek.made)
+    logger.warn(
+      { path: kek.made },
+      'made a key-encryption key for the embedded store; back it up apart from the data directory (docs/architecture.md "Erasure")',
+    );
   const sql = options.sql ?? (await openDatabase(config));
+  const keys = await openKeyStore(
+    {
+      dataDir: config.dataDir,
+      databaseUrl: config.databaseUrl,
+      keyStoreUrl: config.keys.storeUrl,
+      keyStoreSchema: config.keys.storeSchema,
+    },
+    kek.kek,
+    sql,
+  );
   const store = await openEventStore({
     sql,
+    codec: shreddingCodec(keys, phiSubjectOf),
     ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}),
   });
   await migrateSequences(sql);
@@ -266,6 +293,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       await audit?.drain();
       await runner.stop();
       await store.close();
+      await keys.close();
       await sql.close();
     },
   };

@@ -400,6 +400,7 @@ export class Exporter {
       text: rendered.text,
       sha256: sha256Hex(rendered.text),
       byteLength: Buffer.byteLength(rendered.text, 'utf8'),
+      ...(rendered.patientId !== undefined ? { patientId: rendered.patientId } : {}),
       ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
       ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
       ...(rendered.authored ? { authored: rendered.authored } : {}),
@@ -602,6 +603,7 @@ export class Exporter {
       encounterId !== undefined ? await readResource(sql, 'Encounter', encounterId, tenantId) : undefined;
     return {
       text,
+      patientId,
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,
