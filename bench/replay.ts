@@ -62,9 +62,16 @@ const replay = async (schema: string) => {
   return { ms, peak, output: child.output() };
 };
 
-/** Runs `casebook verify` on `schema` (the sealed log; docs/architecture.md "Tamper-evident log"); returns its exit code and output. */
+/**
+ * Runs `casebook verify --seal` on `schema`: seals what the generator left unsealed, then checks the
+ * whole log against its seals (docs/architecture.md "Tamper-evident log"); returns its exit code
+ * and output.
+ */
 const verify = async (schema: string): Promise<{ code: number | null; output: string }> => {
-  const child = spawnCasebook(['verify'], { DATABASE_URL: withSchemaUrl(schema), LOG_LEVEL: 'warn' });
+  const child = spawnCasebook(['verify', '--seal'], {
+    DATABASE_URL: withSchemaUrl(schema),
+    LOG_LEVEL: 'warn',
+  });
   const code = await new Promise<number | null>((resolve) => child.process.once('exit', resolve));
   return { code, output: child.output() };
 };
@@ -208,7 +215,7 @@ const main = async () => {
       ],
     ];
     rows.push([
-      '`casebook verify` after the replay',
+      '`casebook verify --seal` after the replay',
       `exit ${verified.code}`,
       'exit 0',
       verified.code === 0 ? 'pass' : 'MISS',

@@ -24,7 +24,7 @@ import { type SessionCreatedData, sessionStream } from '../src/domain/session/se
 import { openEventStore } from '../src/eventstore/index.js';
 import type { EventStore, NewEvent, Position } from '../src/eventstore/port.js';
 import { allProjections } from '../src/projections/index.js';
-import { ProjectionRunner } from '../src/projections/runner.js';
+import { ProjectionRunner } from '../src/projections/runner/index.js';
 
 // ---------------------------------------------------------------------------------------------
 // Targets. Throughputs are minimums (events/s), latencies and memory maximums.

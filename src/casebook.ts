@@ -26,7 +26,7 @@ import { openSink } from './integration/export/sinks.js';
 import { SubscriptionNotifier } from './integration/subscriptions/notifier.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { allProjections } from './projections/index.js';
-import { ProjectionRunner, ReadModelUnavailable } from './projections/runner.js';
+import { ProjectionRunner, ReadModelUnavailable } from './projections/runner/index.js';
 import { ApiClientDirectory } from './queries/api-clients.js';
 
 export interface Casebook {

@@ -13,7 +13,7 @@ import { StatisticsKeeper } from '../db/statistics.js';
 import { openEventStore } from '../eventstore/index.js';
 import { Sealer } from '../eventstore/sealer.js';
 import { allProjections } from '../projections/index.js';
-import { ProjectionRunner } from '../projections/runner.js';
+import { ProjectionRunner } from '../projections/runner/index.js';
 import type { BackgroundMessage, BackgroundWorkerData } from './thread.js';
 
 /** How often the thread tells whether its sealer is the active one, milliseconds. */

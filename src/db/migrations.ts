@@ -51,7 +51,7 @@ const VERSIONS_TABLE = `CREATE TABLE IF NOT EXISTS schema_migrations (
 /**
  * The highest version of `component` applied in the current schema (0: none, or no versions table).
  * The versions table is looked up in the current schema only, not along the search path: a
- * rebuild's schema, put first on the path before the live one (src/projections/rebuild.ts), has
+ * rebuild's schema, put first on the path before the live one (src/projections/rebuild-beside.ts), has
  * versions of its own (none, until its read models are made in it).
  */
 export const appliedVersion = async (sql: Sql, component: string): Promise<number> => {
@@ -71,7 +71,7 @@ export const appliedVersion = async (sql: Sql, component: string): Promise<numbe
 /**
  * Forgets that `component` was migrated in the current schema, so that the next {@link migrate}
  * applies its files again from version 1: for read models dropped to be made again (a rebuild in
- * place, src/projections/runner.ts). Nothing happens without a versions table.
+ * place, src/projections/runner/rebuild.ts). Nothing happens without a versions table.
  */
 export const forgetMigrations = async (sql: Sql, component: string): Promise<void> => {
   if ((await appliedVersion(sql, component)) === 0) return;

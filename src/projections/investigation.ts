@@ -7,7 +7,7 @@ import pino from 'pino';
 import { quoteIdentifier, type Sql, withSearchPath } from '../db/sql.js';
 import type { EventStore, Position } from '../eventstore/port.js';
 import { allProjections } from './index.js';
-import { ProjectionRunner } from './runner.js';
+import { ProjectionRunner } from './runner/index.js';
 
 const SCHEMA = /^[a-z_][a-z0-9_]{0,62}$/;
 

@@ -12,7 +12,7 @@ import { type AuditRecord, toAuditEvent } from '../fhir/audit-event.js';
 import { resourceIdIn } from '../fhir/references.js';
 import type { Permission } from '../fhir/scopes.js';
 import { countOf, searchDateRange } from '../fhir/search.js';
-import { ReadModelUnavailable } from '../projections/runner.js';
+import { ReadModelUnavailable } from '../projections/runner/index.js';
 
 /** `_count` when none is given, and its maximum. */
 export const DEFAULT_AUDIT_COUNT = 20;

@@ -4,9 +4,9 @@
  * notice that read models applied new events (to wake a reader such as the exporter).
  */
 import { exportOutboxProjection } from '../projections/export-outbox.js';
-import type { ProjectionRunner } from '../projections/runner.js';
+import type { ProjectionRunner } from '../projections/runner/index.js';
 
-export { ReadModelUnavailable } from '../projections/runner.js';
+export { ReadModelUnavailable } from '../projections/runner/index.js';
 
 /**
  * The runner's notices of applied events: `applied$` emits the names of the read models that

@@ -12,7 +12,7 @@ import { expect } from 'chai';
 import { PostgresSql } from '../../src/db/sql.js';
 import { auditEventsIn } from '../../src/fhir/audit-event.js';
 import { allProjections } from '../../src/projections/index.js';
-import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
+import { rebuildSchemaOf } from '../../src/projections/rebuild-beside.js';
 import { POSTGRES_TEST_URL } from '../support/databases.js';
 import { cli, type RunningServer, startServer } from '../support/process.js';
 import { expectOnlyCorrectOr503, startReadLoad } from '../support/read-load.js';

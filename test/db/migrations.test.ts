@@ -15,7 +15,7 @@ import type { Sql } from '../../src/db/sql.js';
 import type { NewEvent } from '../../src/eventstore/port.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
-import { ProjectionRunner } from '../../src/projections/runner.js';
+import { ProjectionRunner } from '../../src/projections/runner/index.js';
 import { testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';
 import { dumpTable } from '../support/read-models.js';

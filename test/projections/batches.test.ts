@@ -1,12 +1,12 @@
 /**
- * `batches` (src/projections/runner.ts): how the deferred follower and the async runner group the
+ * `batches` (src/projections/runner/shared.ts): how the deferred follower and the async runner group the
  * events of a subscription. A batch closes when full, or a fixed wait after its first event, even
  * while events keep arriving (a window that restarted with every event never closed under a
  * steady stream of appends, and the follower read the log once per append).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'chai';
-import { batches } from '../../src/projections/runner.js';
+import { batches } from '../../src/projections/runner/index.js';
 
 /** Yields 0, 1, 2… every `everyMs` milliseconds, `count` in all, and records when each was yielded. */
 const steady = (count: number, everyMs: number) => {

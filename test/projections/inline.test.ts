@@ -16,9 +16,9 @@ import { type SessionCommand, sessionDecider, sessionStream } from '../../src/do
 import { EventIdConflict, type NewEvent, WrongExpectedVersion } from '../../src/eventstore/port.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
-import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
+import { rebuildSchemaOf } from '../../src/projections/rebuild-beside.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
-import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/runner.js';
+import { ProjectionRunner, ReadModelUnavailable } from '../../src/projections/runner/index.js';
 import { sessionsProjection } from '../../src/projections/sessions.js';
 import { createResourcePastApi } from '../support/commands.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';

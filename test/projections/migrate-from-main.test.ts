@@ -15,7 +15,7 @@ import type { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import { bulkParameters, readModelComponent } from '../../src/projections/projection.js';
 import { APPLY_COLUMNS as RESOURCE_COLUMNS } from '../../src/projections/resources.js';
-import { ProjectionRunner } from '../../src/projections/runner.js';
+import { ProjectionRunner } from '../../src/projections/runner/index.js';
 import { APPLY_COLUMNS as SESSION_COLUMNS } from '../../src/projections/sessions.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { testEvent } from '../support/events.js';

@@ -47,7 +47,7 @@ import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
 import { resourcesProjection } from '../../src/projections/resources.js';
-import { ProjectionRunner } from '../../src/projections/runner.js';
+import { ProjectionRunner } from '../../src/projections/runner/index.js';
 import { sessionsProjection } from '../../src/projections/sessions.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
 import { testRecordedEvent } from '../support/events.js';

@@ -12,7 +12,7 @@ import { allocateId, migrateSequences } from '../../src/db/sequences.js';
 import { type ResourceCommand, resourceDecider, resourceStream } from '../../src/domain/fhir/resource.js';
 import { allProjections } from '../../src/projections/index.js';
 import { type ResourceQuery, readResource, searchResources } from '../../src/projections/resources.js';
-import { ProjectionRunner } from '../../src/projections/runner.js';
+import { ProjectionRunner } from '../../src/projections/runner/index.js';
 import { testCommandContext } from '../support/commands.js';
 import { closeAfterEach, openStore, testDatabases } from '../support/databases.js';
 import { recordingSql } from '../support/sql.js';

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { PgliteSql, PostgresSql, type Row, type Sql } from '../../src/db/sql.js';
 import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
-import { rebuildSchemaOf } from '../../src/projections/rebuild.js';
+import { rebuildSchemaOf } from '../../src/projections/rebuild-beside.js';
 import { recordingSql } from './sql.js';
 
 export const POSTGRES_TEST_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -133,7 +133,7 @@ const postgres: TestDatabase = {
         for (const s of opened) await s.close().catch(() => undefined);
         const cleanup = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
         await cleanup.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-        // A rebuild cut short (src/projections/rebuild.ts) leaves its schema beside this one.
+        // A rebuild cut short (src/projections/rebuild-beside.ts) leaves its schema beside this one.
         await cleanup.exec(`DROP SCHEMA IF EXISTS ${rebuildSchemaOf(schema)} CASCADE`);
         await cleanup.close();
       },

@@ -27,7 +27,7 @@ import type { Sql } from '../../src/db/sql.js';
 import type { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
 import { allProjections } from '../../src/projections/index.js';
 import type { Projection } from '../../src/projections/projection.js';
-import { ProjectionRunner } from '../../src/projections/runner.js';
+import { ProjectionRunner } from '../../src/projections/runner/index.js';
 import { type Cleanups, openStore, type TestDatabase } from './databases.js';
 import { testEvent } from './events.js';
 

@@ -8,7 +8,7 @@
 -- src/projections/resources.ts APPLY_COLUMNS, in order.
 
 -- The change type, made in the current schema when it lacks one: not by DROP and CREATE, which
--- in a rebuild's schema (first on the search path, before the live one; src/projections/rebuild.ts)
+-- in a rebuild's schema (first on the search path, before the live one; src/projections/rebuild-beside.ts)
 -- would find and drop the live schema's type and function.
 DO $do$
 BEGIN

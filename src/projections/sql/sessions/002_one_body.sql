@@ -7,7 +7,7 @@
 -- `json_to_recordset`"). A change's columns are src/projections/sessions.ts APPLY_COLUMNS, in order.
 
 -- The change type, made in the current schema when it lacks one: not by DROP and CREATE, which
--- in a rebuild's schema (first on the search path, before the live one; src/projections/rebuild.ts)
+-- in a rebuild's schema (first on the search path, before the live one; src/projections/rebuild-beside.ts)
 -- would find and drop the live schema's type and function.
 DO $do$
 BEGIN

@@ -27,7 +27,8 @@
  * A projection whose build stops on an event is not swapped in: its live read model stays as it
  * was, and the failure is returned (the operator fixes the cause and replays again).
  *
- * Issue 34 will arrange the runner by modes; this file holds what only a rebuild needs.
+ * The runner's rebuild mode (src/projections/runner/rebuild.ts) calls it on the SQL stores; this
+ * file holds the schema work only a rebuild needs (the build itself is the catch-up mode's).
  */
 import { createHash } from 'node:crypto';
 import pLimit from 'p-limit';
@@ -35,7 +36,7 @@ import { quoteIdentifier, type Sql, withSearchPath } from '../db/sql.js';
 import { type Position, positionToString } from '../eventstore/port.js';
 import type { TransactionalAppends } from '../eventstore/sql-capability.js';
 import type { Projection } from './projection.js';
-import type { InlineBuild, ProjectionFailure, ProjectionRunner } from './runner.js';
+import type { InlineBuild, ProjectionFailure, ProjectionRunner } from './runner/index.js';
 
 /** What a rebuild did: the events it read, and the projections whose build stopped on an event. */
 export interface RebuildResult {
