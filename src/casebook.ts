@@ -9,6 +9,7 @@ import { v4 as uuidv4 } from 'uuid';
 import { type BackgroundSealer, BackgroundThread } from './background/thread.js';
 import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
+import { completeErasures } from './commands/erasure.js';
 import { CredentialGuard, migrateCredentialFailures } from './commands/credential-guard.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
@@ -19,7 +20,7 @@ import type { Actor, EventStore } from './eventstore/port.js';
 import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
 import { shreddingCodec } from './eventstore/shredding/codec.js';
-import { loadKek, openKeyStore } from './eventstore/shredding/index.js';
+import { type KeyStore, loadKek, openKeyStore } from './eventstore/shredding/index.js';
 import { phiSubjectOf } from './fhir/phi.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
@@ -51,6 +52,8 @@ export interface Casebook {
   readonly exporter: Exporter | undefined;
   /** The subscription notifier (issue 37), unless this process does not run it. */
   readonly notifier: SubscriptionNotifier | undefined;
+  /** The data keys of crypto-shredding (docs/architecture.md "Erasure"). */
+  readonly keys: KeyStore;
   /** The clock every command reads its `now` from (tests move it). */
   readonly clock: () => Date;
   /** A command context for a cause (tenant, actor, request). */
@@ -216,6 +219,9 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   if (options.project !== false) {
     await runner.catchUp();
     runner.start();
+    // An erasure cut short between its event and its key completes now (docs/architecture.md "Erasure").
+    const completed = await completeErasures(sql, keys);
+    if (completed > 0) logger.warn({ completed }, 'completed erasures cut short: their data keys are destroyed');
   }
   thread?.start();
   let exporter: Exporter | undefined;
@@ -260,6 +266,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       return notifier;
     },
     clock,
+    keys,
     context: (cause) => ({
       store,
       sql,

@@ -10,7 +10,7 @@ import { type Casebook, openCasebook } from '../../src/casebook.js';
 import { applySeed, type Seed } from '../../src/commands/seed.js';
 import { loadConfig } from '../../src/config.js';
 import { isAuditEventType } from '../../src/domain/audit/audit.js';
-import { SqlEventStore } from '../../src/eventstore/index.js';
+import { transactionalOf } from '../../src/eventstore/index.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { createHttpApp } from '../../src/http/app.js';
 import type { TestDatabase } from './databases.js';
@@ -69,7 +69,9 @@ export const startTestApp = async (
         // Every committed event, without $all's snapshot-xmin horizon: the test's own writes are
         // all acknowledged, and another process's long transaction on the same server (another
         // test run) must not hide them.
-        const page = await SqlEventStore.readAllOn(
+        // Through the store's own reading, so that encrypted data is read in the clear
+        // (docs/architecture.md "Erasure").
+        const page = await transactionalOf(casebook.store)!.readAllIn(
           casebook.sql,
           { ...(from ? { from } : {}), maxCount: 1000 },
           false,
