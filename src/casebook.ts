@@ -9,8 +9,8 @@ import { v4 as uuidv4 } from 'uuid';
 import { type BackgroundSealer, BackgroundThread } from './background/thread.js';
 import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
-import { completeErasures } from './commands/erasure.js';
 import { CredentialGuard, migrateCredentialFailures } from './commands/credential-guard.js';
+import { completeErasures } from './commands/erasure.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
@@ -221,7 +221,8 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
     runner.start();
     // An erasure cut short between its event and its key completes now (docs/architecture.md "Erasure").
     const completed = await completeErasures(sql, keys);
-    if (completed > 0) logger.warn({ completed }, 'completed erasures cut short: their data keys are destroyed');
+    if (completed > 0)
+      logger.warn({ completed }, 'completed erasures cut short: their data keys are destroyed');
   }
   thread?.start();
   let exporter: Exporter | undefined;

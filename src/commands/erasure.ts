@@ -7,14 +7,17 @@
  * nothing and destroys the key again, so an erasure cut short after its event (kill -9) completes.
  */
 
+import type { Sql } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
 import { type ErasedResource, erasureDecider, erasureStream } from '../domain/erasure/erasure.js';
+import { tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
 import type { KeyStore } from '../eventstore/shredding/key-store.js';
 import { patientSubject } from '../fhir/phi.js';
-import type { Sql } from '../db/sql.js';
 import { erasedPatients, patientCompartment, readResource } from '../queries/resources.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
+
+const DAY_MS = 86_400_000;
 
 /** What an erasure did. */
 export interface ErasureOutcome {
@@ -29,7 +32,8 @@ export interface ErasureOutcome {
  * @param keys the key store whose data key of the patient is destroyed.
  * @param input.reason why (1–1000 characters, recorded); `force`: inside a retention period.
  * @throws {DomainError} `not_found` when the tenant has no such patient and never had it erased;
- *   `invalid` for a missing or too long reason.
+ *   `invalid` for a missing or too long reason; `unprocessable` (RetentionPeriod) inside the
+ *   tenant's retention period without `force`.
  */
 export const erasePatient = async (
   ctx: CommandContext,
@@ -39,11 +43,26 @@ export const erasePatient = async (
   const tenantId = ctx.tenantId;
   if (tenantId === null) throw new DomainError('invalid', 'TenantRequired', 'an erasure is made in a tenant');
   const { patientId } = input;
-  const resources = await patientCompartment(ctx.sql, tenantId, patientId);
+  const compartment = await patientCompartment(ctx.sql, tenantId, patientId);
+  const resources = compartment.map(({ resourceType, id }) => ({ resourceType, id }));
   const { events } = await execute(ctx, async (uow) => {
     const state = await uow.load(erasureStream(patientId), erasureDecider);
     if (state.status === 'none' && !(await readResource(ctx.sql, 'Patient', patientId, tenantId)))
       throw new DomainError('not_found', 'PatientNotFound', `Patient/${patientId} is not known`);
+    const tenant = await uow.load(tenantStream(tenantId), tenantDecider);
+    const retentionDays = tenant.status === 'active' ? tenant.retentionDays : undefined;
+    if (state.status === 'none' && retentionDays !== undefined && input.force !== true) {
+      const last = Math.max(0, ...compartment.map((r) => r.lastUpdated.getTime()));
+      const keptUntil = new Date(last + retentionDays * DAY_MS);
+      if (keptUntil > ctx.now)
+        throw new DomainError(
+          'unprocessable',
+          'RetentionPeriod',
+          `Patient/${patientId} must be kept until ${keptUntil.toISOString()} (the tenant's retention period of ${retentionDays} days since its last change); erase with force and a reason to erase it now`,
+          undefined,
+          { issueCode: 'business-rule' },
+        );
+    }
     return uow.decide(erasureStream(patientId), erasureDecider, {
       type: 'ErasePatient',
       patientId,

@@ -394,21 +394,25 @@ export const readResource = async (
 /**
  * Patient `patientId` of `tenantId` and every resource of its compartment (their patient column),
  * deleted ones included, by reference: what an erasure erases (docs/architecture.md "Erasure").
- * Rows already erased are left out.
+ * Rows already erased are left out. `lastUpdated`: each one's last change.
  */
 export const patientCompartment = async (
   sql: Sql,
   tenantId: number,
   patientId: number,
-): Promise<{ resourceType: ResourceType; id: number }[]> => {
-  const rows = await sql.query<{ resource_type: ResourceType; id: number }>(
-    `SELECT resource_type, id FROM rm_resources
+): Promise<{ resourceType: ResourceType; id: number; lastUpdated: Date }[]> => {
+  const rows = await sql.query<{ resource_type: ResourceType; id: number; last_updated: Date | string }>(
+    `SELECT resource_type, id, last_updated FROM rm_resources
       WHERE tenant_id = $1 AND version_id < $3
         AND (patient_id = $2 OR (resource_type = 'Patient' AND id = $2))
       ORDER BY resource_type, id`,
     [tenantId, patientId, ERASED_VERSION],
   );
-  return rows.map((r) => ({ resourceType: r.resource_type, id: Number(r.id) }));
+  return rows.map((r) => ({
+    resourceType: r.resource_type,
+    id: Number(r.id),
+    lastUpdated: new Date(r.last_updated),
+  }));
 };
 
 /** Every Patient erased (its row a tombstone, {@link ERASED_VERSION}), by tenant and id. */

@@ -16,6 +16,7 @@ import { pino } from 'pino';
 import { completeErasures } from '../../src/commands/erasure.js';
 import { execute } from '../../src/commands/handler.js';
 import { erasureDecider, erasureStream } from '../../src/domain/erasure/erasure.js';
+import { tenantDecider, tenantStream } from '../../src/domain/tenant/tenant.js';
 import { Sealer } from '../../src/eventstore/sealer.js';
 import { verifyLog } from '../../src/eventstore/verify.js';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
@@ -222,6 +223,49 @@ for (const database of testDatabases) {
       const [gone] = await app.casebook.store.readStream(`Patient-${id}`);
       expect(gone!.erased).to.equal(true);
       expect(await completeErasures(app.casebook.sql, app.casebook.keys)).to.equal(0);
+    });
+
+    it("is refused inside the tenant's retention period unless forced, and the force is recorded", async () => {
+      const ctx = app.casebook.context({ tenantId: null, actor: { type: 'system', id: 'test' } });
+      const configure = (retentionDays: number | undefined) =>
+        execute(ctx, (uow) =>
+          uow.decide(tenantStream(1), tenantDecider, (state) => {
+            if (state.status !== 'active') throw new Error('no tenant 1');
+            const { status: _s, tenantId: _t, name: _n, retentionDays: _r, ...settings } = state;
+            return {
+              type: 'ConfigureTenant' as const,
+              ...settings,
+              ...(retentionDays !== undefined ? { retentionDays } : {}),
+              now: uow.now,
+            };
+          }),
+        );
+      await configure(3650);
+      try {
+        const created = await fhir(app, 'POST', '/Patient', {
+          body: { resourceType: 'Patient', name: [{ family: 'Retained' }] },
+        });
+        const id = Number(created.body.id);
+        const refused = await erase(app, id);
+        expect(refused.status).to.equal(422);
+        expect(JSON.stringify(refused.body)).to.include('retention period of 3650 days');
+        expect((await fhir(app, 'GET', `/Patient/${id}`)).status).to.equal(200);
+        const forced = await fhir(app, 'POST', `/Patient/${id}/$erase`, {
+          body: {
+            resourceType: 'Parameters',
+            parameter: [
+              { name: 'reason', valueString: 'court order 2026/17' },
+              { name: 'force', valueBoolean: true },
+            ],
+          },
+        });
+        expect(forced.status).to.equal(200);
+        expect((await fhir(app, 'GET', `/Patient/${id}`)).status).to.equal(410);
+        const [event] = await app.casebook.store.readStream(erasureStream(id));
+        expect(event!.data).to.deep.include({ forced: true, reason: 'court order 2026/17' });
+      } finally {
+        await configure(undefined);
+      }
     });
 
     it('a replay rebuilds the read models without the patient and the same for everyone else', async () => {
