@@ -73,6 +73,8 @@ const eventJson = (e: RecordedEvent) => ({
   position: positionToString(e.position),
   type: e.type,
   data: e.data,
+  // Its patient was erased: the data is gone for good, the rest stays (docs/architecture.md "Erasure").
+  ...(e.erased ? { erased: true } : {}),
   metadata: e.metadata,
 });
 

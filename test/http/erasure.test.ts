@@ -17,8 +17,10 @@ import { completeErasures } from '../../src/commands/erasure.js';
 import { execute } from '../../src/commands/handler.js';
 import { erasureDecider, erasureStream } from '../../src/domain/erasure/erasure.js';
 import { tenantDecider, tenantStream } from '../../src/domain/tenant/tenant.js';
+import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { Sealer } from '../../src/eventstore/sealer.js';
 import { verifyLog } from '../../src/eventstore/verify.js';
+import { patientEvents } from '../../src/queries/patient-events.js';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { testDatabases } from '../support/databases.js';
 import { fhir } from '../support/fhir.js';
@@ -189,6 +191,18 @@ for (const database of testDatabases) {
       await sealer.sealAll();
       const verified = await verifyLog(app.casebook.store, app.casebook.sql, { now: new Date(Date.now()) });
       expect(verified.ok, JSON.stringify(verified.problem)).to.equal(true);
+
+      // The audit export lists the patient's events, erased, with their metadata, and the erasure.
+      const exported: RecordedEvent[] = [];
+      for await (const e of patientEvents(app.casebook.store, 1, patient)) exported.push(e);
+      const ofPatient = exported.filter((e) => e.type !== 'AuditEventsRecorded');
+      expect(ofPatient.filter((e) => e.erased).map((e) => e.streamName)).to.include.members([
+        `Patient-${patient}`,
+        ...encounters.map((e) => `Encounter-${e}`),
+        `QuestionnaireResponse-${response}`,
+      ]);
+      expect(ofPatient.at(-1)!.type).to.equal('PatientErased');
+      expect(JSON.stringify(exported.map((e) => e.data))).not.to.include(FAMILY);
 
       // Again: succeeds, adds nothing.
       const again = await erase(app, patient);
