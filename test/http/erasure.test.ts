@@ -174,6 +174,11 @@ for (const database of testDatabases) {
         expect(found.body.entry ?? [], query).to.deep.equal([]);
       }
 
+      // Its reports are never sent again.
+      expect(
+        await app.casebook.sql.query(`SELECT * FROM rm_export_outbox WHERE response_id = $1`, [response]),
+      ).to.deep.equal([]);
+
       // Nothing of the patient's PHI is left in any table, event log included.
       const after = await dump();
       for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE, SENTENCE.slice(0, 20)])

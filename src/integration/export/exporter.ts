@@ -463,7 +463,7 @@ export class Exporter {
   private async queuedReport(row: OutboxRow): Promise<ReportExportQueuedData> {
     const events = await this.deps.store.readStream(exportStream(row.responseId));
     const queued = events
-      .filter((e) => e.type === REPORT_EXPORT_QUEUED)
+      .filter((e) => e.type === REPORT_EXPORT_QUEUED && !e.erased)
       .map((e) => e.data as ReportExportQueuedData)
       .find((d) => d.version === row.version);
     if (!queued) throw new Error(`QuestionnaireResponse/${row.responseId} v${row.version} was never queued`);
