@@ -89,6 +89,12 @@ export interface OpenOptions {
   readonly export?: boolean;
   /** The backlog choice of `casebook export --all | --skip-backlog | --since` (overrides EXPORT_BACKLOG). */
   readonly backlog?: BacklogDecision;
+  /**
+   * The key store to use instead of the configured one, left open at close (tests: one per test
+   * database, so that a process started again on it reads what the last one wrote;
+   * docs/architecture.md "Erasure").
+   */
+  readonly keys?: KeyStore;
 }
 
 const processAlive = (pid: number): boolean => {
@@ -158,29 +164,33 @@ export const openDatabase = async (config: Config): Promise<Sql> => {
 export const openCasebook = async (config: Config, options: OpenOptions = {}): Promise<Casebook> => {
   const logger = options.logger ?? pino({ level: config.logLevel });
   // The KEK first: a server on PostgreSQL without one refuses to start before it opens anything.
-  const kek = loadKek({
-    kek: config.keys.kek,
-    kekFile: config.keys.kekFile,
-    dataDir: config.dataDir,
-    databaseUrl: config.databaseUrl,
-    keyStoreUrl: config.keys.storeUrl,
-  });
-  if (kek.made)
+  const kek = options.keys
+    ? undefined
+    : loadKek({
+        kek: config.keys.kek,
+        kekFile: config.keys.kekFile,
+        dataDir: config.dataDir,
+        databaseUrl: config.databaseUrl,
+        keyStoreUrl: config.keys.storeUrl,
+      });
+  if (kek?.made)
     logger.warn(
       { path: kek.made },
       'made a key-encryption key for the embedded store; back it up apart from the data directory (docs/architecture.md "Erasure")',
     );
   const sql = options.sql ?? (await openDatabase(config));
-  const keys = await openKeyStore(
-    {
-      dataDir: config.dataDir,
-      databaseUrl: config.databaseUrl,
-      keyStoreUrl: config.keys.storeUrl,
-      keyStoreSchema: config.keys.storeSchema,
-    },
-    kek.kek,
-    sql,
-  );
+  const keys =
+    options.keys ??
+    (await openKeyStore(
+      {
+        dataDir: config.dataDir,
+        databaseUrl: config.databaseUrl,
+        keyStoreUrl: config.keys.storeUrl,
+        keyStoreSchema: config.keys.storeSchema,
+      },
+      kek!.kek,
+      sql,
+    ));
   const store = await openEventStore({
     sql,
     codec: shreddingCodec(keys, phiSubjectOf),
@@ -301,7 +311,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       await audit?.drain();
       await runner.stop();
       await store.close();
-      await keys.close();
+      if (!options.keys) await keys.close();
       await sql.close();
     },
   };

@@ -14,6 +14,7 @@ import { transactionalOf } from '../../src/eventstore/index.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { createHttpApp } from '../../src/http/app.js';
 import type { TestDatabase } from './databases.js';
+import { keysOf } from './keys.js';
 
 export interface TestApp {
   readonly casebook: Casebook;
@@ -49,6 +50,7 @@ export const startTestApp = async (
   });
   const casebook = await openCasebook(config, {
     sql: opened.sql,
+    keys: await keysOf(opened),
     // Workers that schedule by the clock (the subscription notifier's backoff) need real time.
     clock: options.realClock ? () => new Date() : () => new Date(now),
     logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
