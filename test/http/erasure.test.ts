@@ -8,9 +8,11 @@
  * succeeds and adds nothing; the other patient readable; a replay rebuilds the read models the
  * same for everyone else. A session's scopes cannot erase, nor can a request without a reason.
  */
+import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { completeErasures } from '../../src/commands/erasure.js';
@@ -22,10 +24,11 @@ import { Sealer } from '../../src/eventstore/sealer.js';
 import { verifyLog } from '../../src/eventstore/verify.js';
 import { patientEvents } from '../../src/queries/patient-events.js';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
-import { testDatabases } from '../support/databases.js';
+import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
 import { fhir } from '../support/fhir.js';
 import { launchThrough, TEST_LAUNCH_SECRET } from '../support/launch.js';
 
+const execFileAsync = promisify(execFile);
 const SENTENCE = 'Quillon-shaped opacity in the left apex, unchanged since March';
 const FAMILY = 'Zebedeeson';
 const BIRTH_DATE = '1957-08-23';
@@ -172,6 +175,21 @@ for (const database of testDatabases) {
         const found = await fhir(app, 'GET', query);
         expect(found.status, query).to.equal(200);
         expect(found.body.entry ?? [], query).to.deep.equal([]);
+      }
+
+      // On PostgreSQL, the database's own dump of the schema says the same (data and definitions).
+      if (database.name === 'postgres') {
+        const [{ schema } = { schema: '' }] = await app.casebook.sql.query<{ schema: string }>(
+          `SELECT current_schema() AS schema`,
+        );
+        const { stdout } = await execFileAsync(
+          'pg_dump',
+          ['--schema', schema, '--no-owner', POSTGRES_TEST_URL.replace(/\?.*$/, '')],
+          { maxBuffer: 256 * 1024 * 1024 },
+        );
+        expect(stdout).to.include('ER-MRN-0002');
+        for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE, SENTENCE.slice(0, 20)])
+          expect(stdout, `pg_dump: ${phi}`).not.to.include(phi);
       }
 
       // Its reports are never sent again.
