@@ -10,6 +10,7 @@ import { type BackgroundSealer, BackgroundThread } from './background/thread.js'
 import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
 import { CredentialGuard, migrateCredentialFailures } from './commands/credential-guard.js';
+import { completeErasures } from './commands/erasure.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
@@ -18,6 +19,9 @@ import { openEventStore } from './eventstore/index.js';
 import type { Actor, EventStore } from './eventstore/port.js';
 import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
+import { shreddingCodec } from './eventstore/shredding/codec.js';
+import { type KeyStore, loadKek, openKeyStore } from './eventstore/shredding/index.js';
+import { phiSubjectOf } from './fhir/phi.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { SubscriptionNotifier } from './integration/subscriptions/notifier.js';
@@ -48,6 +52,8 @@ export interface Casebook {
   readonly exporter: Exporter | undefined;
   /** The subscription notifier (issue 37), unless this process does not run it. */
   readonly notifier: SubscriptionNotifier | undefined;
+  /** The data keys of crypto-shredding (docs/architecture.md "Erasure"). */
+  readonly keys: KeyStore;
   /** The clock every command reads its `now` from (tests move it). */
   readonly clock: () => Date;
   /** A command context for a cause (tenant, actor, request). */
@@ -83,6 +89,12 @@ export interface OpenOptions {
   readonly export?: boolean;
   /** The backlog choice of `casebook export --all | --skip-backlog | --since` (overrides EXPORT_BACKLOG). */
   readonly backlog?: BacklogDecision;
+  /**
+   * The key store to use instead of the configured one, left open at close (tests: one per test
+   * database, so that a process started again on it reads what the last one wrote;
+   * docs/architecture.md "Erasure").
+   */
+  readonly keys?: KeyStore;
 }
 
 const processAlive = (pid: number): boolean => {
@@ -151,9 +163,37 @@ export const openDatabase = async (config: Config): Promise<Sql> => {
  */
 export const openCasebook = async (config: Config, options: OpenOptions = {}): Promise<Casebook> => {
   const logger = options.logger ?? pino({ level: config.logLevel });
+  // The KEK first: a server on PostgreSQL without one refuses to start before it opens anything.
+  const kek = options.keys
+    ? undefined
+    : loadKek({
+        kek: config.keys.kek,
+        kekFile: config.keys.kekFile,
+        dataDir: config.dataDir,
+        databaseUrl: config.databaseUrl,
+        keyStoreUrl: config.keys.storeUrl,
+      });
+  if (kek?.made)
+    logger.warn(
+      { path: kek.made },
+      'made a key-encryption key for the embedded store; back it up apart from the data directory (docs/architecture.md "Erasure")',
+    );
   const sql = options.sql ?? (await openDatabase(config));
+  const keys =
+    options.keys ??
+    (await openKeyStore(
+      {
+        dataDir: config.dataDir,
+        databaseUrl: config.databaseUrl,
+        keyStoreUrl: config.keys.storeUrl,
+        keyStoreSchema: config.keys.storeSchema,
+      },
+      kek!.kek,
+      sql,
+    ));
   const store = await openEventStore({
     sql,
+    codec: shreddingCodec(keys, phiSubjectOf),
     ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}),
   });
   await migrateSequences(sql);
@@ -189,6 +229,10 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   if (options.project !== false) {
     await runner.catchUp();
     runner.start();
+    // An erasure cut short between its event and its key completes now (docs/architecture.md "Erasure").
+    const completed = await completeErasures(sql, keys);
+    if (completed > 0)
+      logger.warn({ completed }, 'completed erasures cut short: their data keys are destroyed');
   }
   thread?.start();
   let exporter: Exporter | undefined;
@@ -233,6 +277,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       return notifier;
     },
     clock,
+    keys,
     context: (cause) => ({
       store,
       sql,
@@ -266,6 +311,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       await audit?.drain();
       await runner.stop();
       await store.close();
+      if (!options.keys) await keys.close();
       await sql.close();
     },
   };

@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { parseKek } from './eventstore/shredding/kek.js';
-import { DEFAULT_KEY_STORE_SCHEMA, KEY_STORE_SCHEMA_PATTERN } from './eventstore/shredding/sql-key-store.js';
+import { KEY_STORE_SCHEMA_PATTERN } from './eventstore/shredding/sql-key-store.js';
 import { formatScope, parseScopeList, ScopeSyntaxError } from './fhir/scopes.js';
 
 const list = z
@@ -104,7 +104,7 @@ const schema = z.object({
   KEY_STORE_SCHEMA: z
     .string()
     .regex(KEY_STORE_SCHEMA_PATTERN, 'must be a schema name of lower case letters, digits and _')
-    .default(DEFAULT_KEY_STORE_SCHEMA),
+    .optional(),
 });
 
 export interface Config {
@@ -210,8 +210,11 @@ export interface Config {
     readonly kekFile: string | undefined;
     /** KEY_STORE_URL: a PostgreSQL database of the key store's own; else DATABASE_URL's, else a file in DATA_DIR. */
     readonly storeUrl: string | undefined;
-    /** KEY_STORE_SCHEMA: the key store's schema in that database (default `casebook_keys`). */
-    readonly storeSchema: string;
+    /**
+     * KEY_STORE_SCHEMA: the key store's schema in that database; unset, `casebook_keys` beside an
+     * event store in `public`, else `<its schema>_keys`.
+     */
+    readonly storeSchema: string | undefined;
   };
 }
 

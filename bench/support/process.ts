@@ -47,6 +47,13 @@ export const buildCasebook = (): void => {
 };
 
 /**
+ * The key-encryption key of the benches' casebook processes, unless CASEBOOK_KEK is set: fixed, so
+ * that a schema kept by one run (BENCH_KEEP) is read by the next (docs/architecture.md "Erasure").
+ * A bench key, never a real one.
+ */
+const BENCH_KEK = process.env.CASEBOOK_KEK ?? '6u1Jn/FtOsUfMqYDsRFFu4C+U/OP8xw9NMFHJQqT/cM=';
+
+/**
  * Spawns the compiled casebook CLI, `node [nodeArgs] dist/cli/main.js [args]`, as `npm start` runs
  * the server; compiles it first ({@link buildCasebook}).
  */
@@ -56,7 +63,11 @@ export const spawnCasebook = (
   nodeArgs: readonly string[] = [],
 ): Child => {
   buildCasebook();
-  return spawnNode([...nodeArgs, 'dist/cli/main.js', ...args], env, 'dist/cli/main.js');
+  return spawnNode(
+    [...nodeArgs, 'dist/cli/main.js', ...args],
+    { CASEBOOK_KEK: BENCH_KEK, ...env },
+    'dist/cli/main.js',
+  );
 };
 
 /** Spawns `node <argv>` in the repository root with `env` added to this process's environment. */

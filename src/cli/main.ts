@@ -12,6 +12,7 @@ import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { Command, Option } from 'commander';
 import { type Casebook, lockDataDir, openCasebook } from '../casebook.js';
+import { erasePatient } from '../commands/erasure.js';
 import { requeueExport } from '../commands/export.js';
 import { generateSecret } from '../commands/secrets.js';
 import {
@@ -72,6 +73,8 @@ const eventJson = (e: RecordedEvent) => ({
   position: positionToString(e.position),
   type: e.type,
   data: e.data,
+  // Its patient was erased: the data is gone for good, the rest stays (docs/architecture.md "Erasure").
+  ...(e.erased ? { erased: true } : {}),
   metadata: e.metadata,
 });
 
@@ -381,6 +384,32 @@ exportCommand
       },
       { project: false },
     ),
+  );
+
+program
+  .command('erase')
+  .description(
+    'erase a patient for good (docs/architecture.md "Erasure"): destroys its data key, turns its read-model rows into tombstones (410 Gone) and records a PHI-free PatientErased; idempotent',
+  )
+  .requiredOption('--tenant <id>', 'data tenant id', (v) => Number.parseInt(v, 10))
+  .requiredOption('--patient <id>', 'the Patient id', (v) => Number.parseInt(v, 10))
+  .requiredOption('--reason <text>', 'why (recorded with the erasure)')
+  .option('--force', 'erase inside the retention period (the reason says why)')
+  .action((o: { tenant: number; patient: number; reason: string; force?: boolean }) =>
+    withCasebook(async (casebook) => {
+      if (!Number.isInteger(o.tenant) || o.tenant <= 0) throw new Error('--tenant must be a tenant id');
+      if (!Number.isInteger(o.patient) || o.patient <= 0) throw new Error('--patient must be a Patient id');
+      const outcome = await erasePatient(cliContext(casebook, o.tenant), casebook.keys, {
+        patientId: o.patient,
+        reason: o.reason,
+        force: o.force === true,
+      });
+      print({
+        erased: `Patient/${o.patient}`,
+        already: outcome.already,
+        resources: outcome.erased.map((r) => `${r.resourceType}/${r.id}`),
+      });
+    }),
   );
 
 program

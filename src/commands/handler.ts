@@ -19,6 +19,7 @@ import {
   type Position,
   WrongExpectedVersion,
 } from '../eventstore/port.js';
+import { SubjectErased } from '../eventstore/shredding/codec.js';
 import { type CommandContext, toNewEvents } from './context.js';
 
 /** How many times a command is decided at most (the first try and its retries). */
@@ -120,8 +121,11 @@ class Work implements UnitOfWork {
 
   private slotFrom(
     decider: AnyDecider,
-    events: readonly { type: string; data: unknown; revision: bigint }[],
+    events: readonly { type: string; data: unknown; revision: bigint; streamName?: string; erased?: true }[],
   ): StreamSlot {
+    // A stream about an erased patient has no state left to decide on (docs/architecture.md "Erasure").
+    const erased = events.find((e) => e.erased);
+    if (erased) throw erasedStream(erased.streamName ?? 'the stream');
     const state = events.reduce(
       (s, e) => decider.evolve(s, { type: e.type, data: e.data }),
       decider.initialState,
@@ -326,6 +330,16 @@ export const execute = async <R>(
       await ctx.afterAppend(appended.position, events);
       return { result, position: appended.position, events, ...(audited ? { audited } : {}) };
     } catch (error) {
+      if (error instanceof SubjectErased)
+        throw new DomainError(
+          'gone',
+          'PatientErased',
+          `${error.subject} was erased: nothing more is recorded about it`,
+          undefined,
+          {
+            issueCode: 'deleted',
+          },
+        );
       if (!(error instanceof WrongExpectedVersion) || attempt >= maxAttempts) throw error;
       ctx.onConflict?.();
       contested.add(error.streamName);
@@ -333,6 +347,18 @@ export const execute = async <R>(
     }
   }
 };
+
+/** The refusal of a command on a stream whose patient was erased (410 Gone). */
+const erasedStream = (streamName: string): DomainError =>
+  new DomainError(
+    'gone',
+    'PatientErased',
+    `${streamName.replace('-', '/')} was erased with its patient`,
+    undefined,
+    {
+      issueCode: 'deleted',
+    },
+  );
 
 /** The append of one AuditEvent next to a command's events: a batch of one, in its own stream. */
 const auditRequest = (ctx: CommandContext, record: AuditRecord): AppendRequest => ({

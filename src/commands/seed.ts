@@ -32,6 +32,7 @@ export const seedSchema = z
           mrn_system: z.string().min(1).optional(),
           /** Origins Subscription endpoints may use (issue 37), besides SUBSCRIPTION_ALLOWED_ORIGINS. */
           subscription_origins: z.array(z.string()).optional(),
+          retention_days: z.number().int().min(0).max(36_500).optional(),
           clients: z
             .array(
               z
@@ -208,6 +209,7 @@ export const applySeed = async (casebook: SeedTarget, seed: Seed): Promise<SeedR
         redirectOrigins: t.redirect_origins,
         ...(t.mrn_system ? { mrnSystem: t.mrn_system } : {}),
         subscriptionOrigins: t.subscription_origins ?? [],
+        ...(t.retention_days !== undefined ? { retentionDays: t.retention_days } : {}),
       },
       { ensure: true },
     );

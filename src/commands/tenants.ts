@@ -62,6 +62,7 @@ const tenantSettings = (input: TenantSettings): TenantSettings => ({
         subscriptionOrigins: input.subscriptionOrigins.map((o) => normaliseOrigin(o, 'subscription_origins')),
       }
     : {}),
+  ...(input.retentionDays !== undefined ? { retentionDays: input.retentionDays } : {}),
 });
 
 /**

@@ -65,6 +65,7 @@ import {
   type SubscribeOptions,
   WrongExpectedVersion,
 } from './port.js';
+import type { EventCodec } from './shredding/codec.js';
 
 const DEFAULT_MAX_COUNT = 1000;
 /** The most events one server read is asked for: a longer read goes on in pages of this size. */
@@ -166,11 +167,27 @@ export class KurrentDbEventStore implements EventStore {
   private readonly subscriptions = new Set<AllStreamSubscription>();
   private closed = false;
 
-  private constructor(private readonly client: KurrentDBClient) {}
+  private constructor(
+    private readonly client: KurrentDBClient,
+    /** Encrypts what holds a patient's PHI, decrypts what is read (docs/architecture.md "Erasure"). */
+    private readonly codec?: EventCodec,
+  ) {}
 
   /** An adapter over `client` as it is (tests stub its reads; {@link open} is the way in otherwise). */
-  static fromClient(client: KurrentDBClient): KurrentDbEventStore {
-    return new KurrentDbEventStore(client);
+  static fromClient(client: KurrentDBClient, options: { codec?: EventCodec } = {}): KurrentDbEventStore {
+    return new KurrentDbEventStore(client, options.codec);
+  }
+
+  /** The events as the server is to store them: data encoded by the codec when there is one. */
+  private async toStored(events: readonly NewEvent[]): Promise<EventData[]> {
+    if (!this.codec) return events.map(toEventData);
+    const data = await this.codec.encode(events);
+    return events.map((event, i) => toEventData({ ...event, data: data[i] }));
+  }
+
+  /** `events` as read: decrypted (or erased) by the codec when there is one. */
+  private decode(events: RecordedEvent[]): Promise<RecordedEvent[]> | RecordedEvent[] {
+    return this.codec ? this.codec.decode(events) : events;
   }
 
   /**
@@ -178,8 +195,11 @@ export class KurrentDbEventStore implements EventStore {
    * e.g. `kurrentdb://localhost:2113?tls=false`.
    * @throws {Error} the connection string is malformed.
    */
-  static async open(connectionString: string): Promise<KurrentDbEventStore> {
-    return new KurrentDbEventStore(KurrentDBClient.connectionString(connectionString));
+  static async open(
+    connectionString: string,
+    options: { codec?: EventCodec } = {},
+  ): Promise<KurrentDbEventStore> {
+    return new KurrentDbEventStore(KurrentDBClient.connectionString(connectionString), options.codec);
   }
 
   /**
@@ -195,7 +215,7 @@ export class KurrentDbEventStore implements EventStore {
     const request: AppendRequest = { streamName, events, expectedState };
     if (events.length === 0) return this.checkState(request);
     try {
-      const result = await this.client.appendToStream(streamName, events.map(toEventData), {
+      const result = await this.client.appendToStream(streamName, await this.toStored(events), {
         streamState: toStreamState(expectedState),
       });
       const nextRevision = result.nextExpectedRevision;
@@ -222,11 +242,14 @@ export class KurrentDbEventStore implements EventStore {
     }
     const writes = requests.filter((r) => r.events.length > 0);
     if (writes.length > 0) {
+      // One codec call (one keyring) for the whole append.
+      const stored = await this.toStored(writes.flatMap((r) => r.events));
+      const starts = writes.map((_, i) => writes.slice(0, i).reduce((n, w) => n + w.events.length, 0));
       try {
         const result = await this.client.multiStreamAppend(
-          writes.map((r) => ({
+          writes.map((r, i) => ({
             streamName: r.streamName,
-            events: r.events.map(toEventData),
+            events: stored.slice(starts[i], starts[i]! + r.events.length),
             expectedState: toStreamState(r.expectedState),
           })),
         );
@@ -277,7 +300,7 @@ export class KurrentDbEventStore implements EventStore {
       if (error instanceof StreamNotFoundError) return [];
       throw error;
     }
-    return events;
+    return this.decode(events);
   }
 
   /** Reads several whole streams (one read each, concurrently). */
@@ -320,7 +343,7 @@ export class KurrentDbEventStore implements EventStore {
       if (received < asked || last === undefined || (cursor && comparePositions(last, cursor) <= 0)) break;
       cursor = last;
     }
-    return events;
+    return options.stored ? events : this.decode(events);
   }
 
   /**
@@ -344,7 +367,7 @@ export class KurrentDbEventStore implements EventStore {
         if (signal?.aborted || this.closed) return;
         const event = toRecordedEvent(resolved);
         if (!event || (from && comparePositions(event.position, from) <= 0)) continue;
-        yield event;
+        yield this.codec ? (await this.codec.decode([event]))[0]! : event;
       }
     } catch (error) {
       // Unsubscribing may surface as a cancellation error: that is the requested end.

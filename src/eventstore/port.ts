@@ -75,6 +75,12 @@ export interface RecordedEvent<Type extends string = string, Data = unknown> ext
   readonly streamName: string;
   readonly revision: bigint;
   readonly position: Position;
+  /**
+   * True when the event's data was encrypted under a data key that has since been destroyed (its
+   * patient was erased; docs/architecture.md "Erasure"): `data` is then null. Projections never
+   * see such an event; its metadata, type, stream and position stay.
+   */
+  readonly erased?: true;
 }
 
 /** One stream's part of an append. */
@@ -156,6 +162,12 @@ export interface ReadAllOptions {
    * skips the types no read model handles, such as identifier reservations: a fifth of a log).
    */
   readonly excludeTypes?: readonly string[];
+  /**
+   * The events as stored: encrypted data left encrypted (docs/architecture.md "Erasure"). For the
+   * sealer and `casebook verify`, whose chain is over the stored bytes, so that destroying a data
+   * key changes no leaf.
+   */
+  readonly stored?: boolean;
 }
 
 export interface SubscribeOptions {

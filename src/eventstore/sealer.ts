@@ -52,9 +52,12 @@ export class Sealer {
    */
   async sealOnce(): Promise<number> {
     const previous = await lastSeal(this.sql);
+    // As stored: the chain is over the stored bytes, so destroying a data key changes no leaf
+    // (docs/architecture.md "Erasure", "Tamper-evident log").
     const events = await this.store.readAll({
       ...(previous ? { from: previous.to } : {}),
       maxCount: this.options.batch ?? BATCH,
+      stored: true,
     });
     if (events.length === 0) return 0;
     const seal = await writeSeal(this.sql, previous, events);
@@ -69,7 +72,11 @@ export class Sealer {
       if (n === 0) {
         // Another sealer may have won this batch: stop only when nothing is left.
         const previous = await lastSeal(this.sql);
-        const rest = await this.store.readAll({ ...(previous ? { from: previous.to } : {}), maxCount: 1 });
+        const rest = await this.store.readAll({
+          ...(previous ? { from: previous.to } : {}),
+          maxCount: 1,
+          stored: true,
+        });
         if (rest.length === 0) return sealed;
         continue;
       }

@@ -45,6 +45,7 @@ import {
   UnstorableEvent,
   WrongExpectedVersion,
 } from './port.js';
+import type { EventCodec } from './shredding/codec.js';
 import {
   type AppendHook,
   AppendHookFailure,
@@ -451,7 +452,11 @@ export class SqlEventStore implements TransactionalEventStore {
     joinsBatch,
   );
 
-  private constructor(private readonly sql: Sql) {
+  private constructor(
+    private readonly sql: Sql,
+    /** Encrypts what holds a patient's PHI, decrypts what is read (docs/architecture.md "Erasure"). */
+    private readonly codec?: EventCodec,
+  ) {
     this.kind = sql.kind;
     // On postgres a NOTIFY can arrive while an older transaction still holds the xmin horizon
     // below the new events, so an idle subscription must look again soon after. PGlite has a
@@ -464,11 +469,13 @@ export class SqlEventStore implements TransactionalEventStore {
    * src/eventstore/sql/*.sql) to the current version with the migrations when behind (idempotent,
    * safe when several processes start at once; one query when current). `sql` may also be a
    * transaction handle: appends then join that transaction and commit with it.
+   * @param options.codec what the store keeps of each event's data and how it reads it back (the
+   *   crypto-shredding codec, docs/architecture.md "Erasure"); without it, data as it is.
    * @throws {Error} the schema is newer than this casebook (src/db/migrations.ts).
    */
-  static async open(sql: Sql): Promise<SqlEventStore> {
+  static async open(sql: Sql, options: { codec?: EventCodec } = {}): Promise<SqlEventStore> {
     await migrate(sql, 'eventstore', EVENT_STORE_MIGRATIONS);
-    return new SqlEventStore(sql);
+    return new SqlEventStore(sql, options.codec);
   }
 
   /** Installs the code every append runs in its transaction (the inline projections). */
@@ -482,7 +489,8 @@ export class SqlEventStore implements TransactionalEventStore {
     lockAppends: async (tx) => {
       await tx.query(`SELECT pg_advisory_xact_lock(${APPEND_LOCK_KEY})`);
     },
-    readAllIn: (tx, options, committedOnly) => SqlEventStore.readAllOn(tx, options, committedOnly),
+    readAllIn: (tx, options, committedOnly) =>
+      SqlEventStore.readAllOn(tx, options, committedOnly, this.codec),
   };
 
   /**
@@ -532,7 +540,7 @@ export class SqlEventStore implements TransactionalEventStore {
         ORDER BY revision LIMIT $3::bigint`,
       [streamName, String(options.fromRevision ?? 0n), options.maxCount ?? null],
     );
-    return rows.map(toRecordedEvent);
+    return this.decode(rows.map(toRecordedEvent));
   }
 
   /** Reads several whole streams in one query. */
@@ -543,7 +551,8 @@ export class SqlEventStore implements TransactionalEventStore {
       `SELECT ${EVENT_COLUMNS} FROM es_events WHERE stream_name = ANY($1::text[]) ORDER BY stream_name, revision`,
       [[...new Set(streamNames)]],
     );
-    for (const row of rows) result.get(row.stream_name)?.push(toRecordedEvent(row));
+    for (const event of await this.decode(rows.map(toRecordedEvent)))
+      result.get(event.streamName)?.push(event);
     return result;
   }
 
@@ -553,18 +562,25 @@ export class SqlEventStore implements TransactionalEventStore {
    * still being committed can never appear later before one already returned.
    */
   async readAll(options: ReadAllOptions = {}): Promise<RecordedEvent[]> {
-    return SqlEventStore.readAllOn(this.sql, options, true);
+    return SqlEventStore.readAllOn(this.sql, options, true, this.codec);
+  }
+
+  /** `events` with their data as read (decrypted, or erased), unless the store keeps data as it is. */
+  private decode(events: RecordedEvent[]): Promise<RecordedEvent[]> | RecordedEvent[] {
+    return this.codec ? this.codec.decode(events) : events;
   }
 
   /**
    * `$all` on `sql` (a transaction, for instance). `committedOnly` false drops the snapshot-xmin
    * filter: only for a caller that knows no append is in flight (it holds {@link APPEND_LOCK_KEY}
-   * exclusively).
+   * exclusively). With `codec`, the data is decoded ({@link EventCodec.decode}) unless
+   * `options.stored`.
    */
   static async readAllOn(
     sql: Sql,
     options: ReadAllOptions,
     committedOnly: boolean,
+    codec?: EventCodec,
   ): Promise<RecordedEvent[]> {
     const maxCount = options.maxCount ?? DEFAULT_MAX_COUNT;
     const visible = committedOnly ? 'AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())' : '';
@@ -583,7 +599,8 @@ export class SqlEventStore implements TransactionalEventStore {
         ORDER BY transaction_id, position LIMIT $1::bigint`,
       params,
     );
-    return rows.map(toRecordedEvent);
+    const events = rows.map(toRecordedEvent);
+    return codec && !options.stored ? codec.decode(events) : events;
   }
 
   /**
@@ -696,11 +713,15 @@ export class SqlEventStore implements TransactionalEventStore {
   ): Promise<AppendOutcome> {
     validateRequests(requests);
     if (requests.length === 0) return { streams: [], recorded: [] };
-    const data = JSON.stringify(requests.flatMap((r) => r.events.map((e) => e.data ?? null)));
+    const plain = JSON.stringify(requests.flatMap((r) => r.events.map((e) => e.data ?? null)));
     // PostgreSQL text cannot hold U+0000, but a json value keeps the escape unread: refuse it here,
     // as a jsonb or text conversion of it later would fail (an escaped backslash before "u0000" is not one).
-    if (data.includes('\\u0000') && NUL_ESCAPE.test(data))
+    if (plain.includes('\\u0000') && NUL_ESCAPE.test(plain))
       throw new UnstorableEvent('an event holds a character the store cannot keep (U+0000)');
+    // What is stored: a patient's PHI encrypted under its data key (docs/architecture.md "Erasure").
+    const data = this.codec
+      ? JSON.stringify(await this.codec.encode(requests.flatMap((r) => r.events)))
+      : plain;
     const hook = this.hook;
     const known = hook ? [...hook.known] : null;
     const needed = hook?.needed(new Set(requests.flatMap((r) => r.events.map((e) => e.type)))) ?? false;

@@ -74,11 +74,11 @@ async function* leavesOf(sql: Sql): AsyncGenerator<LeafRow> {
   }
 }
 
-/** Pages of `$all`, in order. */
+/** Pages of `$all`, in order, as stored (the chain is over the stored bytes: docs/architecture.md "Erasure"). */
 async function* eventsOf(store: EventStore) {
   let from: Position | undefined;
   for (;;) {
-    const page = await store.readAll({ ...(from ? { from } : {}), maxCount: PAGE });
+    const page = await store.readAll({ ...(from ? { from } : {}), maxCount: PAGE, stored: true });
     if (page.length === 0) return;
     yield* page;
     from = page.at(-1)!.position;

@@ -176,6 +176,32 @@ export const coversEveryResource = (
 export const mayAtAll = (principal: Principal, permission: Permission, resourceType: ResourceType): boolean =>
   scopesFor([...principal.scopes], { resourceType, permission }).length > 0;
 
+/**
+ * Refuses an erasure (docs/architecture.md "Erasure") unless `principal` is an API client granted
+ * `system/Patient.d` (or `system/*.d`) without filters: a tenant-wide, deliberate grant, never a
+ * clinician's session.
+ * @throws {DomainError} forbidden.
+ */
+export const authorizeErasure = (principal: Principal): void => {
+  const granted =
+    principal.kind === 'client' &&
+    principal.scopes.some(
+      (s) =>
+        s.context === 'system' &&
+        (s.resourceType === 'Patient' || s.resourceType === '*') &&
+        s.permissions.includes('d') &&
+        s.filters.length === 0,
+    );
+  if (!granted)
+    throw new DomainError(
+      'forbidden',
+      'ScopeNotGranted',
+      `${scopesOwner(principal)} scopes do not allow erasing a patient: it takes system/Patient.d`,
+      undefined,
+      { issueCode: 'forbidden' },
+    );
+};
+
 /** Whose scopes refused a request, for its message: `the client's` or `the session's`. */
 export const scopesOwner = (principal: Principal): string =>
   principal.kind === 'client' ? "the client's" : "the session's";

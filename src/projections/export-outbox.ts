@@ -8,6 +8,7 @@
  * them. Built only from events: replaying gives the same rows.
  */
 import type { Sql } from '../db/sql.js';
+import { PATIENT_ERASED, type PatientErasedData } from '../domain/erasure/erasure.js';
 import {
   REPORT_EXPORT_ABANDONED,
   REPORT_EXPORT_FAILED,
@@ -62,22 +63,43 @@ export const exportOutboxProjection: Projection = {
   tables: ['rm_export_outbox'],
   migrate: (sql) => migrateReadModel(sql, 'export-outbox'),
   handles: (type) =>
-    EXPORT_EVENTS.has(type) || resourceEventKind(type)?.resourceType === 'QuestionnaireResponse',
+    EXPORT_EVENTS.has(type) ||
+    type === PATIENT_ERASED ||
+    resourceEventKind(type)?.resourceType === 'QuestionnaireResponse',
   apply: async (events, tx, mode) => {
     // Split at the events that act on the whole table (rare): each run between them is folded
     // in memory from the rows it touches and written with one upsert.
     let run: RecordedEvent[] = [];
     for (const event of events) {
-      if (event.type !== EXPORT_SINK_CONFIGURED && event.type !== EXPORT_BACKLOG_DECIDED) {
+      if (
+        event.type !== EXPORT_SINK_CONFIGURED &&
+        event.type !== EXPORT_BACKLOG_DECIDED &&
+        event.type !== PATIENT_ERASED
+      ) {
         run.push(event);
         continue;
       }
       await applyRun(run, tx, mode);
       run = [];
-      await applyToAll(event, tx);
+      if (event.type === PATIENT_ERASED) await forgetErased(event, tx);
+      else await applyToAll(event, tx);
     }
     await applyRun(run, tx, mode);
   },
+};
+
+/**
+ * An erased patient's reports are never sent again (docs/architecture.md "Erasure"): their rows go,
+ * pending or not.
+ */
+const forgetErased = async (event: RecordedEvent, tx: Sql): Promise<void> => {
+  const d = event.data as PatientErasedData;
+  const responses = d.resources.filter((r) => r.resourceType === 'QuestionnaireResponse').map((r) => r.id);
+  if (responses.length === 0) return;
+  await tx.query(`DELETE FROM rm_export_outbox WHERE tenant_id = $1 AND response_id = ANY($2::integer[])`, [
+    d.tenantId,
+    responses,
+  ]);
 };
 
 /** A row of `rm_export_outbox`, as `row_to_json` gives it and `json_populate_recordset` takes it. */

@@ -9,8 +9,9 @@ import { batchedOnShared } from '../db/batcher.js';
 import { bumpSequence } from '../db/sequences.js';
 import type { Row, Sql } from '../db/sql.js';
 import { comparableIdentifier, comparableText } from '../domain/clinical/identifier.js';
+import { PATIENT_ERASED, type PatientErasedData } from '../domain/erasure/erasure.js';
 import type { ChangedData, CreatedData, DeletedData, ResourceType } from '../domain/fhir/resource.js';
-import { EVENT_NAMES, eventTypesOf, resourceEventKind } from '../domain/fhir/resource.js';
+import { EVENT_NAMES, eventTypesOf, isResourceType, resourceEventKind } from '../domain/fhir/resource.js';
 import type { PendingEvent } from '../eventstore/port.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
 import { compartmentOf, identifiersOf, toFhirResource } from '../fhir/references.js';
@@ -82,7 +83,16 @@ interface PendingRow {
   author: string | null;
   /** The last version with content: its number, instant and content; null: none in this batch. */
   source: { versionId: number; at: string; resource: Record<string, unknown> } | null;
+  /** Erased with its patient ({@link ERASED_VERSION}): a tombstone row, nothing of its content. */
+  erased?: true;
 }
+
+/**
+ * The version of a row erased with its patient (docs/architecture.md "Erasure"): above any version
+ * a resource reaches, so the tombstone replaces whatever row there was and nothing older comes
+ * back. Its reads answer 410 Gone, as a deleted resource's.
+ */
+export const ERASED_VERSION = 2_147_483_647;
 
 /** The row a batch leaves a resource with ({@link foldBatch}). */
 const rowOfPending = (p: PendingRow): ResourceRowChange => {
@@ -92,6 +102,26 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
   const index = source
     ? searchIndexOf(resourceType, source.resource, SEARCH_PARAMETERS[resourceType].indexed)
     : undefined;
+  if (p.erased)
+    return {
+      resource_type: resourceType,
+      id,
+      tenant_id: p.tenantId,
+      version_id: ERASED_VERSION,
+      content: { resourceType, id: String(id) },
+      last_updated: p.lastUpdated,
+      deleted: true,
+      patient_id: null,
+      encounter_id: null,
+      project: null,
+      author: null,
+      created: true,
+      identifiers: [],
+      practitioner_ids: null,
+      questionnaire: null,
+      search_tokens: null,
+      search_dates: null,
+    };
   return {
     resource_type: resourceType,
     id,
@@ -121,6 +151,27 @@ const rowOfPending = (p: PendingRow): ResourceRowChange => {
 export const foldBatch = (events: readonly PendingEvent[]): ResourceRowChange[] => {
   const rows = new Map<string, PendingRow>();
   for (const event of events) {
+    if (event.type === PATIENT_ERASED) {
+      // Every resource of the patient's compartment becomes a tombstone (docs/architecture.md "Erasure").
+      const d = event.data as PatientErasedData;
+      for (const r of d.resources) {
+        if (!isResourceType(r.resourceType)) continue;
+        rows.set(`${r.resourceType}/${r.id}`, {
+          resourceType: r.resourceType,
+          id: r.id,
+          tenantId: d.tenantId,
+          versionId: ERASED_VERSION,
+          lastUpdated: d.at,
+          deleted: true,
+          created: true,
+          project: null,
+          author: null,
+          source: null,
+          erased: true,
+        });
+      }
+      continue;
+    }
     const kind = resourceEventKind(event.type);
     if (!kind) continue;
     const { resourceType } = kind;
@@ -210,7 +261,7 @@ export const resourcesProjection: Projection = {
   name: 'resources',
   tables: ['rm_resources', 'rm_resource_identifiers'],
   migrate: (sql) => migrateReadModel(sql, 'resources'),
-  handles: (type) => RESOURCE_EVENT_TYPES.has(type),
+  handles: (type) => RESOURCE_EVENT_TYPES.has(type) || type === PATIENT_ERASED,
   inline: {
     function: APPLY_FUNCTION,
     argument: (events) => {
@@ -339,6 +390,39 @@ export const readResource = async (
     },
   };
 };
+
+/**
+ * Patient `patientId` of `tenantId` and every resource of its compartment (their patient column),
+ * deleted ones included, by reference: what an erasure erases (docs/architecture.md "Erasure").
+ * Rows already erased are left out. `lastUpdated`: each one's last change.
+ */
+export const patientCompartment = async (
+  sql: Sql,
+  tenantId: number,
+  patientId: number,
+): Promise<{ resourceType: ResourceType; id: number; lastUpdated: Date }[]> => {
+  const rows = await sql.query<{ resource_type: ResourceType; id: number; last_updated: Date | string }>(
+    `SELECT resource_type, id, last_updated FROM rm_resources
+      WHERE tenant_id = $1 AND version_id < $3
+        AND (patient_id = $2 OR (resource_type = 'Patient' AND id = $2))
+      ORDER BY resource_type, id`,
+    [tenantId, patientId, ERASED_VERSION],
+  );
+  return rows.map((r) => ({
+    resourceType: r.resource_type,
+    id: Number(r.id),
+    lastUpdated: new Date(r.last_updated),
+  }));
+};
+
+/** Every Patient erased (its row a tombstone, {@link ERASED_VERSION}), by tenant and id. */
+export const erasedPatients = async (sql: Sql): Promise<{ tenantId: number; id: number }[]> =>
+  (
+    await sql.query<{ tenant_id: number; id: number }>(
+      `SELECT tenant_id, id FROM rm_resources WHERE resource_type = 'Patient' AND version_id = $1 ORDER BY 1, 2`,
+      [ERASED_VERSION],
+    )
+  ).map((r) => ({ tenantId: Number(r.tenant_id), id: Number(r.id) }));
 
 /** Search criteria the data server supports, all ANDed; values within one criterion are ORed. */
 export interface ResourceQuery {

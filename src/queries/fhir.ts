@@ -105,6 +105,17 @@ const storedVersions = async (
   id: number,
 ): Promise<StoredVersion[]> => {
   const events = await store.readStream(resourceStream(def.type, id));
+  // Erased with its patient: no version is left to show (docs/architecture.md "Erasure").
+  if (events.some((e) => e.erased))
+    throw new DomainError(
+      'gone',
+      'PatientErased',
+      `${def.type}/${id} was erased with its patient`,
+      undefined,
+      {
+        issueCode: 'deleted',
+      },
+    );
   let created: CreatedData | undefined;
   let target: AccessTarget = { resourceType: def.type, id };
   return events.flatMap((event): StoredVersion[] => {

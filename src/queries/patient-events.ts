@@ -14,6 +14,7 @@ import {
   type AuditEventsRecordedData,
   type AuditRecord,
 } from '../domain/audit/audit.js';
+import { erasureStream, type PatientErasedData } from '../domain/erasure/erasure.js';
 import { exportStream } from '../domain/export/export.js';
 import { type Content, resourceEventKind, resourceStream } from '../domain/fhir/resource.js';
 import type { EventStore, Position, RecordedEvent } from '../eventstore/port.js';
@@ -42,7 +43,13 @@ export async function* patientEvents(
   patientId: number,
   options: PatientEventsOptions = {},
 ): AsyncGenerator<RecordedEvent> {
-  const related = new Set<string>([resourceStream('Patient', patientId)]);
+  const related = new Set<string>([resourceStream('Patient', patientId), erasureStream(patientId)]);
+  // An erased patient's events hold no data to tell whose they are: its erasure names its streams.
+  for (const erasure of await store.readStream(erasureStream(patientId)))
+    for (const r of (erasure.data as PatientErasedData).resources) {
+      related.add(`${r.resourceType}-${r.id}`);
+      if (r.resourceType === 'QuestionnaireResponse') related.add(exportStream(r.id));
+    }
   const since = options.since ? Date.parse(options.since) : undefined;
   const until = options.until ? Date.parse(options.until) : undefined;
   const within = (event: RecordedEvent) => {
@@ -74,6 +81,7 @@ const about = (record: AuditRecord, patientId: number): boolean =>
 /** Whether `event` touched the patient; remembers streams that belong to the patient from now on. */
 const touches = (event: RecordedEvent, patientId: number, related: Set<string>): boolean => {
   if (related.has(event.streamName)) return true;
+  if (event.erased) return false;
   const kind = resourceEventKind(event.type);
   if (kind) {
     const data = event.data as { id?: number; resource?: Content };

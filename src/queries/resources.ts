@@ -5,6 +5,9 @@
  * current state needs all of it; what a caller may see is decided in src/queries/visibility.ts.
  */
 export {
+  ERASED_VERSION,
+  erasedPatients,
+  patientCompartment,
   type ReferencingRow,
   type ResourceQuery,
   type ResourceRow,

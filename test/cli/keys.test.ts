@@ -20,7 +20,13 @@ import {
   parseKek,
 } from '../../src/eventstore/shredding/index.js';
 import { POSTGRES_TEST_URL } from '../support/databases.js';
-import { cli } from '../support/process.js';
+import { cli as spawnCli } from '../support/process.js';
+
+/**
+ * The CLI with `env` and no CASEBOOK_KEK unless `env` sets it: the test processes carry the suite's
+ * (test/support/env.ts), and these tests choose the KEK themselves.
+ */
+const cli = (args: string[], env: Record<string, string>) => spawnCli(args, { CASEBOOK_KEK: '', ...env });
 
 const failure = (args: string[], env: Record<string, string>) =>
   cli(args, env).then(

@@ -5,6 +5,7 @@
  * the resend after kill -9, abandonment and `casebook export retry`, and the status page (real
  * Chromium) behind the session cookie.
  */
+
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -28,6 +29,7 @@ import { chromiumMissing, launchBrowser, screenshot } from '../app/support.js';
 import { basic, MANAGED, seed, startTestApp, type TestApp } from '../support/app.js';
 import { type OpenedDatabase, POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
 import { fhir, ROLE_NEW, sessionCookie } from '../support/fhir.js';
+import { keysOf } from '../support/keys.js';
 import { cli, type RunningServer, startServer } from '../support/process.js';
 import { httpReceiver, mllpListener, type SinkUnderTest, sinkKinds } from '../support/sinks.js';
 
@@ -773,7 +775,11 @@ const startOn = async (opened: OpenedDatabase, env: Record<string, string>): Pro
   const port = (bare.address() as AddressInfo).port;
   const config = loadConfig({ ...env, PORT: String(port), DATA_DIR: 'memory://', LOG_LEVEL: 'silent' });
   const sql: Sql = Object.create(opened.sql, { close: { value: async () => undefined } });
-  const casebook = await openCasebook(config, { sql, logger: pino({ level: 'silent' }) });
+  const casebook = await openCasebook(config, {
+    sql,
+    keys: await keysOf(opened),
+    logger: pino({ level: 'silent' }),
+  });
   bare.on('request', createHttpApp(casebook).callback());
   return {
     casebook,

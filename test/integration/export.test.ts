@@ -4,6 +4,7 @@
  * MLLP listener and a drop directory; retries after a sink outage, amendments, outbox replay and
  * a restart before delivery — on PGlite and on the Postgres server.
  */
+
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -26,6 +27,7 @@ import type { QuestionnaireResponse } from '../../src/sdc/types.js';
 import { seed, startTestApp, TEST_SEED, type TestApp } from '../support/app.js';
 import { type OpenedDatabase, testDatabases } from '../support/databases.js';
 import { fhir } from '../support/fhir.js';
+import { keysOf } from '../support/keys.js';
 
 const PATIENT_SYSTEM = 'urn:test:hospital:patient';
 const ENCOUNTER_SYSTEM = 'urn:test:hospital:encounter';
@@ -235,6 +237,7 @@ const startOn = async (opened: OpenedDatabase, env: Record<string, string>): Pro
   const sql: Sql = Object.create(opened.sql, { close: { value: async () => undefined } });
   const casebook = await openCasebook(config, {
     sql,
+    keys: await keysOf(opened),
     logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
   });
   bare.on('request', createHttpApp(casebook).callback());

@@ -10,10 +10,11 @@ import { type Casebook, openCasebook } from '../../src/casebook.js';
 import { applySeed, type Seed } from '../../src/commands/seed.js';
 import { loadConfig } from '../../src/config.js';
 import { isAuditEventType } from '../../src/domain/audit/audit.js';
-import { SqlEventStore } from '../../src/eventstore/index.js';
+import { transactionalOf } from '../../src/eventstore/index.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { createHttpApp } from '../../src/http/app.js';
 import type { TestDatabase } from './databases.js';
+import { keysOf } from './keys.js';
 
 export interface TestApp {
   readonly casebook: Casebook;
@@ -49,6 +50,7 @@ export const startTestApp = async (
   });
   const casebook = await openCasebook(config, {
     sql: opened.sql,
+    keys: await keysOf(opened),
     // Workers that schedule by the clock (the subscription notifier's backoff) need real time.
     clock: options.realClock ? () => new Date() : () => new Date(now),
     logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
@@ -69,7 +71,9 @@ export const startTestApp = async (
         // Every committed event, without $all's snapshot-xmin horizon: the test's own writes are
         // all acknowledged, and another process's long transaction on the same server (another
         // test run) must not hide them.
-        const page = await SqlEventStore.readAllOn(
+        // Through the store's own reading, so that encrypted data is read in the clear
+        // (docs/architecture.md "Erasure").
+        const page = await transactionalOf(casebook.store)!.readAllIn(
           casebook.sql,
           { ...(from ? { from } : {}), maxCount: 1000 },
           false,

@@ -135,6 +135,8 @@ const postgres: TestDatabase = {
         await cleanup.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
         // A rebuild cut short (src/projections/rebuild-beside.ts) leaves its schema beside this one.
         await cleanup.exec(`DROP SCHEMA IF EXISTS ${rebuildSchemaOf(schema)} CASCADE`);
+        // Its key store (src/eventstore/shredding/sql-key-store.ts defaultKeyStoreSchema).
+        await cleanup.exec(`DROP SCHEMA IF EXISTS ${schema}_keys CASCADE`);
         await cleanup.close();
       },
     };

@@ -35,6 +35,11 @@ export interface ReportExportQueuedData {
   /** Hex SHA-256 of the UTF-8 bytes of `text`, and their number. */
   readonly sha256: string;
   readonly byteLength: number;
+  /**
+   * The Patient the report is about: whose data key encrypts this event (docs/architecture.md
+   * "Erasure"). Absent on events queued before it was recorded, and for a report about nobody.
+   */
+  readonly patientId?: number;
   readonly patientIdentifier?: ExportIdentifier;
   readonly encounterIdentifier?: ExportIdentifier;
   /** QuestionnaireResponse.authored, when given. */

@@ -20,6 +20,12 @@ export interface TenantSettings {
    * SUBSCRIPTION_ALLOWED_ORIGINS. Absent in tenants recorded before it.
    */
   readonly subscriptionOrigins?: readonly string[];
+  /**
+   * Days a patient's record must be kept after its last change (seed `retention_days`;
+   * docs/architecture.md "Erasure"): an erasure inside them is refused unless forced with a
+   * recorded reason. Absent: no retention period.
+   */
+  readonly retentionDays?: number;
 }
 
 export type TenantEvent =
@@ -44,7 +50,8 @@ const sameSettings = (a: TenantSettings, b: TenantSettings): boolean =>
   JSON.stringify(a.allowedScopes) === JSON.stringify(b.allowedScopes) &&
   JSON.stringify(a.redirectOrigins) === JSON.stringify(b.redirectOrigins) &&
   a.mrnSystem === b.mrnSystem &&
-  JSON.stringify(a.subscriptionOrigins ?? []) === JSON.stringify(b.subscriptionOrigins ?? []);
+  JSON.stringify(a.subscriptionOrigins ?? []) === JSON.stringify(b.subscriptionOrigins ?? []) &&
+  a.retentionDays === b.retentionDays;
 
 const settingsOf = (s: TenantSettings): TenantSettings => ({
   ehrManaged: s.ehrManaged,
@@ -53,6 +60,7 @@ const settingsOf = (s: TenantSettings): TenantSettings => ({
   ...(s.mrnSystem ? { mrnSystem: s.mrnSystem } : {}),
   // Only when given: tenants without subscription origins record what they did before issue 37.
   ...(s.subscriptionOrigins?.length ? { subscriptionOrigins: [...s.subscriptionOrigins] } : {}),
+  ...(s.retentionDays !== undefined ? { retentionDays: s.retentionDays } : {}),
 });
 
 export const tenantDecider: Decider<TenantCommand, Tenant, TenantEvent> = {

@@ -29,7 +29,9 @@ export interface KeyStoreSettings {
 
 /** Where {@link openKeyStore} puts the key store, for messages: a schema of a database, or a file. */
 export const keyStorePlace = (settings: KeyStoreSettings): string => {
-  const schema = settings.keyStoreSchema ?? DEFAULT_KEY_STORE_SCHEMA;
+  const schema =
+    settings.keyStoreSchema ??
+    `${DEFAULT_KEY_STORE_SCHEMA} (or <schema>_keys beside a schema other than public)`;
   if (settings.keyStoreUrl) return `schema ${schema} of KEY_STORE_URL`;
   if (settings.databaseUrl) return `schema ${schema} of DATABASE_URL`;
   return settings.dataDir === 'memory://' ? 'memory' : keyStoreFile(settings.dataDir);

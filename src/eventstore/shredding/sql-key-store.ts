@@ -13,6 +13,17 @@ import { dataKeyContext, notUnderOldKek, rotatedAway, secretContext } from './ke
 /** The key store's schema when KEY_STORE_SCHEMA is not set. */
 export const DEFAULT_KEY_STORE_SCHEMA = 'casebook_keys';
 
+/**
+ * The key store's schema when KEY_STORE_SCHEMA is not set: `casebook_keys` beside an event store
+ * in `public`, else `<its schema>_keys` — so that installations sharing one database in schemas of
+ * their own (tests, benches, tenants of a hosting) never share data keys.
+ */
+export const defaultKeyStoreSchema = async (sql: Sql): Promise<string> => {
+  const [row] = await sql.query<{ schema: string | null }>(`SELECT current_schema() AS schema`);
+  const current = row?.schema ?? 'public';
+  return current === 'public' ? DEFAULT_KEY_STORE_SCHEMA : `${current.slice(0, 58)}_keys`;
+};
+
 /** A schema name KEY_STORE_SCHEMA accepts: lower case, digits, underscores, at most 63 characters. */
 export const KEY_STORE_SCHEMA_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -62,7 +73,7 @@ export class SqlKeyRecords implements KeyRecords {
    * @throws {Error} for a schema name outside {@link KEY_STORE_SCHEMA_PATTERN}; the database's errors.
    */
   static async open(sql: Sql, options: { schema?: string; owned?: boolean } = {}): Promise<SqlKeyRecords> {
-    const schema = options.schema ?? DEFAULT_KEY_STORE_SCHEMA;
+    const schema = options.schema ?? (await defaultKeyStoreSchema(sql));
     if (!KEY_STORE_SCHEMA_PATTERN.test(schema))
       throw new Error(
         `invalid key store schema name ${JSON.stringify(schema)}: lower case letters, digits and _`,

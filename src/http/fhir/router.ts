@@ -6,13 +6,14 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
+import { erasePatient } from '../../commands/erasure.js';
 import * as fhir from '../../commands/fhir.js';
 import { execute } from '../../commands/handler.js';
 import type { WriteResult } from '../../commands/resources.js';
 import { transaction } from '../../commands/transaction.js';
 import { DomainError } from '../../domain/decider.js';
 import { isResourceType, type ResourceType } from '../../domain/fhir/resource.js';
-import type { Principal } from '../../fhir/access.js';
+import { authorizeErasure, type Principal } from '../../fhir/access.js';
 import type { AuditEntity } from '../../fhir/audit-event.js';
 import { writeOutcome } from '../../fhir/dropped.js';
 import { compartmentOf, resourceIdIn, toFhirResource } from '../../fhir/references.js';
@@ -97,6 +98,30 @@ const transactionEntities = (bundle: Record<string, unknown>): AuditEntity[] => 
         : null;
     return [{ reference, patientId }];
   });
+};
+
+/**
+ * The parameters of `$erase`: a Parameters resource with `reason` (valueString, required) and
+ * `force` (valueBoolean, default false).
+ * @throws {HttpError} 400 for any other body.
+ */
+const erasureParameters = (body: unknown): { reason: string; force: boolean } => {
+  const b = body as { resourceType?: unknown; parameter?: unknown } | null;
+  const parameters =
+    b && b.resourceType === 'Parameters' && Array.isArray(b.parameter) ? b.parameter : undefined;
+  const named = (name: string) =>
+    (parameters ?? []).find((p: unknown) => (p as { name?: unknown } | null)?.name === name) as
+      | { valueString?: unknown; valueBoolean?: unknown }
+      | undefined;
+  const reason = named('reason')?.valueString;
+  const force = named('force')?.valueBoolean ?? false;
+  if (!parameters || typeof reason !== 'string' || typeof force !== 'boolean')
+    throw new HttpError(
+      400,
+      'InvalidErasure',
+      '$erase takes a Parameters resource with `reason` (valueString) and optionally `force` (valueBoolean)',
+    );
+  return { reason, force };
 };
 
 /** Builds the router of the data server (mounted at the path of {fhir_base_url}). */
@@ -251,6 +276,37 @@ export const fhirRouter = (casebook: Casebook): Router => {
 
   // FHIR R5 Subscriptions and SubscriptionTopics (issue 37), before the generic routes.
   mountSubscriptions(router, casebook);
+
+  // Erasure (docs/architecture.md "Erasure"; docs/interface.md): the patient's data key destroyed,
+  // its read-model rows made tombstones (410 Gone), a PHI-free PatientErased recorded. Only with
+  // system/Patient.d; a Parameters body with `reason` (valueString) and optionally `force`
+  // (valueBoolean).
+  router.post('/Patient/:id/$erase', async (ctx) => {
+    const id = idOf('Patient', ctx.params.id);
+    requireFhirJson(ctx);
+    const principal = await resolvePrincipal(ctx, casebook);
+    authorizeErasure(principal);
+    const { reason, force } = erasureParameters(ctx.request.body);
+    noteAudit(ctx, { interaction: 'operation', action: 'D', entities: [{ reference: `Patient/${id}` }] });
+    const outcome = await erasePatient(contextFor(ctx, principal), casebook.keys, {
+      patientId: id,
+      reason,
+      force,
+    });
+    ctx.type = FHIR_JSON;
+    ctx.body = {
+      resourceType: 'OperationOutcome',
+      issue: [
+        {
+          severity: 'information',
+          code: 'informational',
+          diagnostics: outcome.already
+            ? `Patient/${id} was erased before; its data key is destroyed`
+            : `Patient/${id} erased with ${outcome.erased.length - 1} other resources of its compartment`,
+        },
+      ],
+    };
+  });
 
   // FHIR R5 Patient $everything (issue 14): the patient's whole record, paged.
   router.get('/Patient/:id/$everything', async (ctx) => {

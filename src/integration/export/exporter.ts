@@ -400,6 +400,7 @@ export class Exporter {
       text: rendered.text,
       sha256: sha256Hex(rendered.text),
       byteLength: Buffer.byteLength(rendered.text, 'utf8'),
+      ...(rendered.patientId !== undefined ? { patientId: rendered.patientId } : {}),
       ...(rendered.patientIdentifier ? { patientIdentifier: rendered.patientIdentifier } : {}),
       ...(rendered.encounterIdentifier ? { encounterIdentifier: rendered.encounterIdentifier } : {}),
       ...(rendered.authored ? { authored: rendered.authored } : {}),
@@ -462,7 +463,7 @@ export class Exporter {
   private async queuedReport(row: OutboxRow): Promise<ReportExportQueuedData> {
     const events = await this.deps.store.readStream(exportStream(row.responseId));
     const queued = events
-      .filter((e) => e.type === REPORT_EXPORT_QUEUED)
+      .filter((e) => e.type === REPORT_EXPORT_QUEUED && !e.erased)
       .map((e) => e.data as ReportExportQueuedData)
       .find((d) => d.version === row.version);
     if (!queued) throw new Error(`QuestionnaireResponse/${row.responseId} v${row.version} was never queued`);
@@ -602,6 +603,7 @@ export class Exporter {
       encounterId !== undefined ? await readResource(sql, 'Encounter', encounterId, tenantId) : undefined;
     return {
       text,
+      patientId,
       patientIdentifier: pickIdentifier(patient?.resource, this.options.patientSystem),
       encounterIdentifier: pickIdentifier(encounter?.resource, this.options.encounterSystem),
       authored: typeof resource.authored === 'string' ? resource.authored : undefined,

@@ -322,6 +322,8 @@ export class SubscriptionNotifier {
   ): void {
     const kind = resourceEventKind(event.type);
     if (!kind || (kind.resourceType !== 'QuestionnaireResponse' && kind.resourceType !== 'Task')) return;
+    // An erased patient's event tells nobody anything (docs/architecture.md "Erasure").
+    if (event.erased) return;
     const data = event.data as { id?: number; resource?: Content; at?: string };
     const topics = triggeredTopics(kind.resourceType, kind.kind, data.resource);
     if (topics.length === 0 || typeof data.id !== 'number' || !data.resource) return;

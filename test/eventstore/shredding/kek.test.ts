@@ -79,7 +79,8 @@ describe('KEK (CASEBOOK_KEK, CASEBOOK_KEK_FILE, the embedded default)', () => {
       storeUrl: undefined,
       storeSchema: 'keys_2',
     });
-    expect(loadConfig({}).keys.storeSchema).to.equal('casebook_keys');
+    // Unset: casebook_keys, or <schema>_keys beside an event store outside public (chosen at open).
+    expect(loadConfig({}).keys.storeSchema).to.equal(undefined);
     expect(() => loadConfig({ KEY_STORE_SCHEMA: 'Bad-Name' })).to.throw(/KEY_STORE_SCHEMA/);
   });
 
