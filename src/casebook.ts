@@ -11,6 +11,7 @@ import { AuditTrail } from './commands/audit.js';
 import type { CommandContext } from './commands/context.js';
 import { CredentialGuard, migrateCredentialFailures } from './commands/credential-guard.js';
 import { completeErasures } from './commands/erasure.js';
+import { type IdentifierNaming, openIdentifierNaming, UNKEYED_NAMING } from './commands/identifier-naming.js';
 import type { Config } from './config.js';
 import { migrateSequences } from './db/sequences.js';
 import { PgliteSql, PostgresSql, type Sql } from './db/sql.js';
@@ -249,6 +250,8 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
   const metrics = createMetrics();
   let audit: AuditTrail | undefined;
   const clients = new ApiClientDirectory(sql);
+  // How identifier reservation streams are named; decided below, before anything is appended.
+  let identifiers: IdentifierNaming = UNKEYED_NAMING;
   const casebook: Casebook = {
     config,
     sql,
@@ -288,6 +291,7 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       requestId: cause.requestId ?? null,
       now: clock(),
       onConflict: () => metrics.appendConflicts.inc(),
+      identifiers,
       afterAppend: async (position, events) => {
         metrics.appends.inc();
         metrics.appendedEvents.inc(events.length);
@@ -315,6 +319,10 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
       await sql.close();
     },
   };
+  identifiers = await openIdentifierNaming(
+    casebook.context({ tenantId: null, actor: { type: 'system', id: 'casebook' } }),
+    keys,
+  );
   if (config.launcher.allowUnsigned)
     logger.warn(
       'LAUNCHER_ALLOW_UNSIGNED=true: unsigned launch links are accepted (loopback only); never in production',

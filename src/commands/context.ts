@@ -7,6 +7,7 @@ import type { Sql } from '../db/sql.js';
 import type { Event } from '../domain/decider.js';
 import { newId } from '../domain/ids.js';
 import type { Actor, EventMetadata, EventStore, NewEvent, Position } from '../eventstore/port.js';
+import type { IdentifierNaming } from './identifier-naming.js';
 
 export interface CommandContext {
   readonly store: EventStore;
@@ -27,6 +28,11 @@ export interface CommandContext {
   readonly afterAppend: (position: Position, events: readonly NewEvent[]) => Promise<void>;
   /** Told when an append conflicted with a concurrent one and the command runs again (metrics). */
   readonly onConflict?: () => void;
+  /**
+   * How identifier reservation streams are named (src/commands/identifier-naming.ts; keyed in a
+   * store created with it); absent: unkeyed, as a store from before.
+   */
+  readonly identifiers?: IdentifierNaming;
 }
 
 /** Wraps domain events for appending: a fresh UUID each and the context's metadata. */

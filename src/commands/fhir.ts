@@ -183,6 +183,7 @@ const checkShownWith = async (
   if (references.length === 0) return;
   await uow.loadAll(
     lookupStreams(
+      uow.ctx,
       principal.tenantId,
       references.map((r) => ({ type: r.resourceType, id: r.id })),
     ),

@@ -305,6 +305,8 @@ export const execute = async <R>(
 ): Promise<Executed<R>> => {
   const maxAttempts = options.maxAttempts ?? MAX_ATTEMPTS;
   const contested = new Set<string>();
+  // The tenant's identifier secret, for the names of its reservation streams (sync from here on).
+  await ctx.identifiers?.prepare(ctx.tenantId);
   for (let attempt = 1; ; attempt++) {
     const work = new Work(ctx, contested);
     let result: R;

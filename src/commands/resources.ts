@@ -20,13 +20,15 @@ import {
   resourceDecider,
   resourceStream,
 } from '../domain/fhir/resource.js';
-import { identifierKey, reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
+import { identifierKey, reservationDecider } from '../domain/reservation/reservation.js';
 import { MAX_IDENTIFIERS } from '../fhir/common.schema.js';
 import type { ResourceDefinition } from '../fhir/definitions.js';
 import { identifiersOf } from '../fhir/references.js';
 import type { Token } from '../fhir/resources.js';
 import { searchResources } from '../queries/resources.js';
+import type { CommandContext } from './context.js';
 import { type AnyDecider, type UnitOfWork, versionMismatch } from './handler.js';
+import { UNKEYED_NAMING } from './identifier-naming.js';
 
 /** The outcome of a write: the resource's id, its version after the write, and whether it is new. */
 export interface WriteResult {
@@ -110,8 +112,13 @@ const checkIdentifierCount = (def: ResourceDefinition, content: Content, held = 
     );
 };
 
-const reservationOf = (type: ResourceType, tenantId: number, { system, value }: Identifier) =>
-  reservationStream(identifierKey(type, tenantId, system, value));
+/** The reservation stream of an identifier, named as the store names them (src/commands/identifier-naming.ts). */
+const reservationOf = (
+  ctx: CommandContext,
+  type: ResourceType,
+  tenantId: number,
+  { system, value }: Identifier,
+) => (ctx.identifiers ?? UNKEYED_NAMING).stream(tenantId, identifierKey(type, tenantId, system, value));
 
 /**
  * The streams {@link loadResource} and {@link findByIdentifier} read for these lookups, with their
@@ -120,13 +127,14 @@ const reservationOf = (type: ResourceType, tenantId: number, { system, value }: 
  * @param lookups resources by id, and identifiers whose reservation tells who holds them.
  */
 export const lookupStreams = (
+  ctx: CommandContext,
   tenantId: number,
   lookups: readonly ({ type: ResourceType; id: number } | { type: ResourceType; identifier: Identifier })[],
 ): [string, AnyDecider][] =>
   lookups.map((lookup) =>
     'id' in lookup
       ? [resourceStream(lookup.type, lookup.id), resourceDecider(lookup.type) as AnyDecider]
-      : [reservationOf(lookup.type, tenantId, lookup.identifier), reservationDecider as AnyDecider],
+      : [reservationOf(ctx, lookup.type, tenantId, lookup.identifier), reservationDecider as AnyDecider],
   );
 
 /**
@@ -144,13 +152,13 @@ export const prefetchMatches = async (
     token.system ? [{ type, identifier: { system: token.system, value: token.value } }] : [],
   );
   if (identified.length === 0) return;
-  await uow.loadAll(lookupStreams(tenantId, identified));
+  await uow.loadAll(lookupStreams(uow.ctx, tenantId, identified));
   const holders: { type: ResourceType; id: number }[] = [];
   for (const { type, identifier } of identified) {
     const id = await findByIdentifier(uow, type, tenantId, identifier);
     if (id !== undefined) holders.push({ type, id });
   }
-  await uow.loadAll(lookupStreams(tenantId, holders));
+  await uow.loadAll(lookupStreams(uow.ctx, tenantId, holders));
 };
 
 /** The resource holding the reservation of `system|value` in the tenant, if any. */
@@ -160,7 +168,7 @@ export const findByIdentifier = async (
   tenantId: number,
   identifier: Identifier,
 ): Promise<number | undefined> => {
-  const state = await uow.load(reservationOf(type, tenantId, identifier), reservationDecider);
+  const state = await uow.load(reservationOf(uow.ctx, type, tenantId, identifier), reservationDecider);
   return state.status === 'claimed' ? Number(state.ownerId) : undefined;
 };
 
@@ -239,7 +247,7 @@ const claim = async (
 ) => {
   const key = identifierKey(type, tenantId, identifier.system, identifier.value);
   await uow.decide(
-    reservationStream(key),
+    (uow.ctx.identifiers ?? UNKEYED_NAMING).stream(tenantId, key),
     reservationDecider,
     (state) => {
       if (state.status === 'claimed' && state.ownerId !== String(id))
@@ -258,7 +266,7 @@ const release = async (
   id: number,
   identifier: Identifier,
 ) => {
-  await uow.decide(reservationOf(type, tenantId, identifier), reservationDecider, {
+  await uow.decide(reservationOf(uow.ctx, type, tenantId, identifier), reservationDecider, {
     type: 'ReleaseReservation',
     ownerType: type,
     ownerId: String(id),
@@ -298,7 +306,7 @@ export const createResource = async (
   const reserved = def.uniqueIdentifiers ? identifiersOf(content) : (options.reserve ?? []);
   for (const identifier of reserved) {
     // A reservation this command has read (a conditional create's lookup) is claimed from that state.
-    const read = uow.revision(reservationOf(def.type, tenantId, identifier)) !== undefined;
+    const read = uow.revision(reservationOf(uow.ctx, def.type, tenantId, identifier)) !== undefined;
     await claim(uow, def.type, tenantId, id, identifier, !read);
   }
   const decider = resourceDecider(def.type);

@@ -2,9 +2,11 @@
  * The seed file (`CASEBOOK_SEED`, README.md "Configuration"), applied idempotently as ordinary commands, and
  * the demo bootstrap for an empty store.
  */
+
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { DomainError } from '../domain/decider.js';
+import { IDENTIFIER_HASHING_CHOSEN } from '../domain/reservation/identifier-hashing.js';
 import { reservationDecider, reservationStream } from '../domain/reservation/reservation.js';
 import type { Actor, EventStore } from '../eventstore/port.js';
 import { DEFINITIONS } from '../fhir/definitions.js';
@@ -346,11 +348,14 @@ export const DEMO_CLIENT_ID = 'demo-ehr';
 /**
  * With an empty store and no seed, creates a demo tenant and client so the README walkthrough
  * works (issue 2 §4). Returns the generated secret, or undefined when the store was not empty.
+ * A store is empty when its log holds nothing but the choice of identifier hashing, which every
+ * new store records first (src/commands/identifier-naming.ts).
  */
 export const bootstrapDemo = async (
   casebook: SeedTarget & { readonly store: EventStore },
 ): Promise<{ clientId: string; clientSecret: string } | undefined> => {
-  if ((await casebook.store.headPosition()) !== undefined) return undefined;
+  const first = await casebook.store.readAll({ maxCount: 2 });
+  if (first.some((e) => e.type !== IDENTIFIER_HASHING_CHOSEN)) return undefined;
   const clientSecret = generateSecret();
   await applySeed(casebook, {
     tenants: [

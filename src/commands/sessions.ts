@@ -320,7 +320,7 @@ export const openSession = async (
   // reservations of fhirContext identifiers) in one read, instead of a round trip each.
   await uow.loadAll([
     [tenantStream(client.tenantId), tenantDecider],
-    ...lookupStreams(client.tenantId, [
+    ...lookupStreams(uow.ctx, client.tenantId, [
       ...(input.patient !== undefined ? [{ type: 'Patient' as const, id: input.patient }] : []),
       ...(input.encounter !== undefined ? [{ type: 'Encounter' as const, id: input.encounter }] : []),
       ...(input.user !== undefined ? [{ type: 'Practitioner' as const, id: input.user }] : []),
