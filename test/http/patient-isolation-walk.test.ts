@@ -292,6 +292,16 @@ for (const database of testDatabases) {
           { ...get('fhir', '/AuditEvent/1', { refused: [405] }), method: 'DELETE' },
         ],
         'fhir GET /Patient/:id/$everything': [get('fhir', `/Patient/${p2.patient}/$everything`, REFUSED)],
+        // A session never erases (system/Patient.d only): refused, and P2 stays readable to P2's owner.
+        'fhir POST /Patient/:id/$erase': [
+          send(
+            'POST',
+            'fhir',
+            `/Patient/${p2.patient}/$erase`,
+            { resourceType: 'Parameters', parameter: [{ name: 'reason', valueString: 'walk' }] },
+            REFUSED,
+          ),
+        ],
         'fhir GET /:type': [
           ...searches('Patient', mrn(p2.mrn), mrn(nobody)),
           ...searches('Patient', `_id=${p2.patient}`, `_id=${absent}`),
