@@ -36,6 +36,7 @@ import { loadKek, parseKek, replaceKekFile, rotateKeys } from '../eventstore/shr
 import { logHead, parseHead, type VerifyResult, verifyAgainst, verifyLog } from '../eventstore/verify.js';
 import { auditEventOf, auditEventsIn } from '../fhir/audit-event.js';
 import type { BacklogDecision } from '../integration/export/exporter.js';
+import { forgetExported } from '../integration/export/sinks.js';
 import { signLaunch } from '../integration/launch-signature.js';
 import { replayUntil } from '../projections/investigation.js';
 import { patientEvents } from '../queries/patient-events.js';
@@ -404,10 +405,12 @@ program
         reason: o.reason,
         force: o.force === true,
       });
+      const files = await forgetExported(casebook.config.exportSink, outcome.exportKeys);
       print({
         erased: `Patient/${o.patient}`,
         already: outcome.already,
         resources: outcome.erased.map((r) => `${r.resourceType}/${r.id}`),
+        exportFilesRemoved: files,
       });
     }),
   );

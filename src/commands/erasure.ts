@@ -13,6 +13,7 @@ import { type ErasedResource, erasureDecider, erasureStream } from '../domain/er
 import { tenantDecider, tenantStream } from '../domain/tenant/tenant.js';
 import type { KeyStore } from '../eventstore/shredding/key-store.js';
 import { patientSubject } from '../fhir/phi.js';
+import { exportKeysOf } from '../queries/read-models.js';
 import { erasedPatients, patientCompartment, readResource } from '../queries/resources.js';
 import type { CommandContext } from './context.js';
 import { execute } from './handler.js';
@@ -25,6 +26,11 @@ export interface ErasureOutcome {
   readonly erased: readonly ErasedResource[];
   /** True when the patient had been erased before (this call only made sure of its key). */
   readonly already: boolean;
+  /**
+   * The idempotency keys of the patient's exported reports (read before the outbox forgets them):
+   * for removing what a drop directory of this installation still holds.
+   */
+  readonly exportKeys: readonly string[];
 }
 
 /**
@@ -45,6 +51,11 @@ export const erasePatient = async (
   const { patientId } = input;
   const compartment = await patientCompartment(ctx.sql, tenantId, patientId);
   const resources = compartment.map(({ resourceType, id }) => ({ resourceType, id }));
+  const exportKeys = await exportKeysOf(
+    ctx.sql,
+    tenantId,
+    resources.filter((r) => r.resourceType === 'QuestionnaireResponse').map((r) => r.id),
+  );
   const { events } = await execute(ctx, async (uow) => {
     const state = await uow.load(erasureStream(patientId), erasureDecider);
     if (state.status === 'none' && !(await readResource(ctx.sql, 'Patient', patientId, tenantId)))
@@ -75,7 +86,7 @@ export const erasePatient = async (
   });
   // After the event: a crash between the two leaves the event, and erasing again destroys the key.
   await keys.destroy(tenantId, patientSubject(patientId));
-  return { erased: events.length > 0 ? resources : [], already: events.length === 0 };
+  return { erased: events.length > 0 ? resources : [], already: events.length === 0, exportKeys };
 };
 
 /**

@@ -315,3 +315,21 @@ const applyOne = (
   rows.set(versionId, row);
   changed.add(row);
 };
+
+/**
+ * The idempotency keys of every version of these reports the outbox holds (queued, delivered or
+ * abandoned): what a drop directory named its files by (docs/architecture.md "Erasure").
+ */
+export const exportKeysOf = async (
+  sql: Sql,
+  tenantId: number,
+  responseIds: readonly number[],
+): Promise<string[]> => {
+  if (responseIds.length === 0) return [];
+  const rows = await sql.query<{ export_key: string }>(
+    `SELECT DISTINCT export_key FROM rm_export_outbox
+      WHERE tenant_id = $1 AND response_id = ANY($2::integer[]) AND export_key IS NOT NULL ORDER BY 1`,
+    [tenantId, [...responseIds]],
+  );
+  return rows.map((r) => r.export_key);
+};

@@ -6,6 +6,7 @@
 import { exportOutboxProjection } from '../projections/export-outbox.js';
 import type { ProjectionRunner } from '../projections/runner/index.js';
 
+export { exportKeysOf } from '../projections/export-outbox.js';
 export { ReadModelUnavailable } from '../projections/runner/index.js';
 
 /**

@@ -4,7 +4,7 @@
  * and changes nothing. On the embedded default (its KEK file replaced) and on PostgreSQL.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -27,6 +27,13 @@ import { cli as spawnCli } from '../support/process.js';
  * (test/support/env.ts), and these tests choose the KEK themselves.
  */
 const cli = (args: string[], env: Record<string, string>) => spawnCli(args, { CASEBOOK_KEK: '', ...env });
+
+/** The key store files of a data directory (snapshot and journal), as one text. */
+const keyFiles = (data: string): string =>
+  ['keys.json', 'keys.json.journal']
+    .map((name) => join(data, 'keys', name))
+    .map((path) => (existsSync(path) ? readFileSync(path, 'utf8') : ''))
+    .join('\n');
 
 const failure = (args: string[], env: Record<string, string>) =>
   cli(args, env).then(
@@ -76,7 +83,7 @@ describe('casebook keys rotate', function () {
     const made = loadKek(settings);
     expect(made.made).to.be.a('string');
     const envelopes = await fill(settings, made.kek as LocalKek);
-    const keysBefore = readFileSync(join(data, 'keys', 'keys.json'), 'utf8');
+    const keysBefore = keyFiles(data);
 
     const text = newKekText();
     const out = JSON.parse(await cli(['keys', 'rotate'], { DATA_DIR: data, CASEBOOK_NEW_KEK: text }));
@@ -86,7 +93,7 @@ describe('casebook keys rotate', function () {
 
     expect(readFileSync(made.path!, 'utf8').trim()).to.equal(text);
     expect(statSync(made.path!).mode & 0o777).to.equal(0o600);
-    expect(readFileSync(join(data, 'keys', 'keys.json'), 'utf8')).not.to.equal(keysBefore);
+    expect(keyFiles(data)).not.to.equal(keysBefore);
     const reloaded = loadKek(settings);
     expect(reloaded.kek.id).to.equal(newKek.id);
     expect(await read(settings, newKek, envelopes)).to.deep.equal([{ name: 'Anna' }, { name: 'Bert' }]);
@@ -96,7 +103,7 @@ describe('casebook keys rotate', function () {
     const data = join(dir, 'data');
     const made = loadKek({ dataDir: data });
     await fill({ dataDir: data }, made.kek as LocalKek);
-    const before = readFileSync(join(data, 'keys', 'keys.json'), 'utf8');
+    const before = keyFiles(data);
     expect(await failure(['keys', 'rotate'], { DATA_DIR: data })).to.match(
       /^1: casebook: keys rotate needs the new KEK: set CASEBOOK_NEW_KEK/,
     );
@@ -108,7 +115,7 @@ describe('casebook keys rotate', function () {
     const refused = await failure(['keys', 'rotate'], { DATA_DIR: data, CASEBOOK_NEW_KEK: short });
     expect(refused).to.match(/^1: casebook: invalid configuration: CASEBOOK_NEW_KEK decodes to 31 bytes/);
     expect(refused).not.to.include(short);
-    expect(readFileSync(join(data, 'keys', 'keys.json'), 'utf8')).to.equal(before);
+    expect(keyFiles(data)).to.equal(before);
     expect(readFileSync(made.path!, 'utf8')).to.equal(current);
   });
 

@@ -10,8 +10,12 @@
  */
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { pino } from 'pino';
@@ -323,3 +327,44 @@ for (const database of testDatabases) {
     });
   });
 }
+
+describe('erasing a patient whose reports went to a drop directory (PGlite)', function () {
+  this.timeout(120_000);
+
+  it("removes the patient's report files from the installation's drop directory, and only those", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'casebook-drop-'));
+    const app = await startTestApp(testDatabases[0]!, { env: { EXPORT_SINK: pathToFileURL(dir).href } });
+    try {
+      await seed(app);
+      const report = async (family: string, sentence: string) => {
+        const patient = await fhir(app, 'POST', '/Patient', {
+          body: { resourceType: 'Patient', name: [{ family }] },
+        });
+        const response = await fhir(app, 'POST', '/QuestionnaireResponse', {
+          body: {
+            resourceType: 'QuestionnaireResponse',
+            questionnaire: 'https://example.org/Questionnaire/drop',
+            status: 'completed',
+            subject: { reference: `Patient/${patient.body.id}` },
+            item: [{ linkId: 'impression', text: 'Impression', answer: [{ valueString: sentence }] }],
+          },
+        });
+        expect(response.status).to.equal(201);
+        return Number(patient.body.id);
+      };
+      const erased = await report('Dropsworth', 'Erased sentence about the right kidney');
+      await report('Keepsake', 'Kept sentence about the left kidney');
+      const files = () => readdirSync(dir).map((f) => readFileSync(join(dir, f), 'utf8'));
+      expect(await waitFor(async () => files().length === 2, 20_000), 'both reports written').to.equal(true);
+
+      const res = await erase(app, erased);
+      expect(res.status).to.equal(200);
+      expect(files()).to.have.length(1);
+      expect(files()[0]).to.include('Kept sentence');
+      expect(files().join('\n')).not.to.include('Erased sentence');
+    } finally {
+      await app.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,16 +1,32 @@
 /**
- * The key store's records in one JSON file, for the embedded default (docs/architecture.md
- * "Erasure", Key store): `<DATA_DIR>/keys/keys.json`, apart from the PGlite cluster that holds the
- * log. The embedded default is one process (its data directory is locked to it), so changes are
- * serialised by a mutex in this process; each change writes the whole file atomically (a temporary
- * file, fsync, rename), so a crash leaves the file before or after the change, never between.
+ * The key store's records in files, for the embedded default (docs/architecture.md "Erasure", Key
+ * store): `<DATA_DIR>/keys/keys.json`, apart from the PGlite cluster that holds the log. The
+ * embedded default is one process (its data directory is locked to it), so changes are serialised
+ * by a mutex in this process.
+ *
+ * A new key or secret is one line appended (and fsynced) to the journal `keys.json.journal`: a
+ * cost that does not grow with the number of keys. A destruction or a rotation rewrites the
+ * snapshot `keys.json` whole, atomically (a temporary file, fsync, rename), and then empties the
+ * journal, so no copy of a destroyed key's wrapped bytes is left in either file. Opening replays
+ * the journal over the snapshot — an entry only where the snapshot has none, so a key destroyed
+ * after it was journalled stays destroyed — and compacts; a torn last line (a crash mid-append) is
+ * dropped. The snapshot:
  *
  *     { "format": 1, "kek": "<KEK id>",
  *       "secrets": { "<tenant>": { "wrapped": "<base64>", "kek": "<KEK id>", "createdAt": "…" } },
  *       "keys": { "<tenant>:<subject hash>": { "id": "<key id>", "wrapped": "<base64>" | null,
  *                 "kek": "<KEK id>" | null, "createdAt": "…", "destroyedAt": null | "…" } } }
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  truncateSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { writeFileAtomic } from './durable-file.js';
 import type { KeyRecord, KeyRecords, RewrapItem, SecretRecord } from './key-store.js';
@@ -41,6 +57,22 @@ interface KeyFile {
 }
 
 const emptyFile = (): KeyFile => ({ format: 1, kek: null, secrets: {}, keys: {} });
+
+/** One journal line: what a change added (never a destruction: that rewrites the snapshot). */
+type JournalEntry =
+  | { readonly kek: string }
+  | { readonly secret: string; readonly value: StoredSecret }
+  | { readonly key: string; readonly value: StoredKey };
+
+/** Applies a journal entry where the state has nothing yet (a later destruction or KEK wins). */
+const replay = (state: KeyFile, e: JournalEntry): void => {
+  if ('kek' in e) state.kek ??= e.kek;
+  else if ('secret' in e) state.secrets[e.secret] ??= e.value;
+  else state.keys[e.key] ??= e.value;
+};
+
+/** The journal beside a snapshot. */
+const journalOf = (path: string): string => `${path}.journal`;
 
 const keyRecord = (k: StoredKey): KeyRecord => ({
   keyId: k.id,
@@ -77,15 +109,33 @@ export class FileKeyRecords implements KeyRecords {
   static open(path: string | undefined): FileKeyRecords {
     if (!path) return new FileKeyRecords(undefined, emptyFile());
     mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-    if (!existsSync(path)) return new FileKeyRecords(path, emptyFile());
-    let state: KeyFile;
-    try {
-      state = JSON.parse(readFileSync(path, 'utf8')) as KeyFile;
-    } catch (error) {
-      throw new Error(`the key store file ${path} cannot be read: ${(error as Error).message}`);
+    let state = emptyFile();
+    if (existsSync(path)) {
+      try {
+        state = JSON.parse(readFileSync(path, 'utf8')) as KeyFile;
+      } catch (error) {
+        throw new Error(`the key store file ${path} cannot be read: ${(error as Error).message}`);
+      }
+      if (state?.format !== 1 || typeof state.keys !== 'object' || typeof state.secrets !== 'object')
+        throw new Error(`the key store file ${path} is not a casebook key store (format 1)`);
     }
-    if (state?.format !== 1 || typeof state.keys !== 'object' || typeof state.secrets !== 'object')
-      throw new Error(`the key store file ${path} is not a casebook key store (format 1)`);
+    const journal = journalOf(path);
+    if (existsSync(journal)) {
+      const lines = readFileSync(journal, 'utf8').split('\n');
+      for (const [i, line] of lines.entries()) {
+        if (line.trim() === '') continue;
+        try {
+          replay(state, JSON.parse(line) as JournalEntry);
+        } catch (error) {
+          // Only the last line can be torn (a crash while it was appended): that change never was.
+          if (i < lines.length - 2 || lines.slice(i + 1).some((l) => l.trim() !== ''))
+            throw new Error(`the key store journal ${journal} cannot be read: ${(error as Error).message}`);
+        }
+      }
+      // Compacted: the snapshot takes what the journal held.
+      writeFileAtomic(path, `${JSON.stringify(state)}\n`, 0o600);
+      truncateSync(journal, 0);
+    }
     return new FileKeyRecords(path, state);
   }
 
@@ -96,14 +146,42 @@ export class FileKeyRecords implements KeyRecords {
   }
 
   /**
-   * Runs `change` on a copy of the state, one change at a time, writes the copy, and only then
-   * makes it the state: a change whose write fails (or that throws) leaves nothing changed.
+   * Records `entry` (a new KEK id, secret or key), one change at a time: one line appended to the
+   * journal and fsynced, then applied to the state. A failed append changes nothing.
+   * @returns what the state holds for the entry afterwards (an earlier one wins).
+   */
+  #append(entry: JournalEntry, check?: (state: KeyFile) => void): Promise<void> {
+    const run = this.#queue.then(() => {
+      check?.(this.#state);
+      if (this.path) {
+        const fd = openSync(journalOf(this.path), 'a', 0o600);
+        try {
+          appendFileSync(fd, `${JSON.stringify(entry)}\n`);
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+      }
+      replay(this.#state, entry);
+      if ('key' in entry) this.#byId.set(`${entry.key.split(':')[0]}\0${entry.value.id}`, entry.key);
+    });
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Runs `change` on a copy of the state, one change at a time, writes the copy as the snapshot,
+   * empties the journal (its lines are in the snapshot), and only then makes it the state: a change
+   * whose write fails (or that throws) leaves nothing changed. For destructions and rotations.
    */
   #commit<T>(change: (state: KeyFile) => Promise<T> | T): Promise<T> {
     const run = this.#queue.then(async () => {
       const next = structuredClone(this.#state);
       const result = await change(next);
-      if (this.path) writeFileAtomic(this.path, `${JSON.stringify(next)}\n`, 0o600);
+      if (this.path) {
+        writeFileAtomic(this.path, `${JSON.stringify(next)}\n`, 0o600);
+        if (existsSync(journalOf(this.path))) truncateSync(journalOf(this.path), 0);
+      }
       this.#state = next;
       this.#byId = FileKeyRecords.#index(next);
       return result;
@@ -113,11 +191,8 @@ export class FileKeyRecords implements KeyRecords {
   }
 
   async claimKek(kekId: string): Promise<string> {
-    if (this.#state.kek) return this.#state.kek;
-    return this.#commit((state) => {
-      state.kek ??= kekId;
-      return state.kek;
-    });
+    if (!this.#state.kek) await this.#append({ kek: kekId });
+    return this.#state.kek!;
   }
 
   async secret(tenant: number): Promise<SecretRecord | undefined> {
@@ -126,14 +201,20 @@ export class FileKeyRecords implements KeyRecords {
   }
 
   async insertSecret(tenant: number, record: SecretRecord): Promise<SecretRecord> {
-    await this.#commit((state) => {
-      if (state.kek !== record.kekId) throw rotatedAway(this.where, record.kekId);
-      state.secrets[String(tenant)] ??= {
-        wrapped: record.wrapped.toString('base64'),
-        kek: record.kekId,
-        createdAt: new Date().toISOString(),
-      };
-    });
+    if (!this.#state.secrets[String(tenant)])
+      await this.#append(
+        {
+          secret: String(tenant),
+          value: {
+            wrapped: record.wrapped.toString('base64'),
+            kek: record.kekId,
+            createdAt: new Date().toISOString(),
+          },
+        },
+        (state) => {
+          if (state.kek !== record.kekId) throw rotatedAway(this.where, record.kekId);
+        },
+      );
     return (await this.secret(tenant))!;
   }
 
@@ -150,17 +231,23 @@ export class FileKeyRecords implements KeyRecords {
 
   async insertKey(tenant: number, subjectHash: string, record: KeyRecord): Promise<KeyRecord> {
     const name = entry(tenant, subjectHash);
-    return this.#commit((state) => {
-      if (state.kek !== record.kekId) throw rotatedAway(this.where, record.kekId!);
-      state.keys[name] ??= {
-        id: record.keyId,
-        wrapped: record.wrapped!.toString('base64'),
-        kek: record.kekId,
-        createdAt: new Date().toISOString(),
-        destroyedAt: null,
-      };
-      return keyRecord(state.keys[name]);
-    });
+    if (!this.#state.keys[name])
+      await this.#append(
+        {
+          key: name,
+          value: {
+            id: record.keyId,
+            wrapped: record.wrapped!.toString('base64'),
+            kek: record.kekId,
+            createdAt: new Date().toISOString(),
+            destroyedAt: null,
+          },
+        },
+        (state) => {
+          if (state.kek !== record.kekId) throw rotatedAway(this.where, record.kekId!);
+        },
+      );
+    return keyRecord(this.#state.keys[name]!);
   }
 
   async destroy(

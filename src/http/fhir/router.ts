@@ -18,6 +18,7 @@ import type { AuditEntity } from '../../fhir/audit-event.js';
 import { writeOutcome } from '../../fhir/dropped.js';
 import { compartmentOf, resourceIdIn, toFhirResource } from '../../fhir/references.js';
 import { conditionalUpdateStatus, definitionOf, idOf, ifMatchOf } from '../../fhir/resources.js';
+import { forgetExported } from '../../integration/export/sinks.js';
 import { encodeCursor, readAuditEvent, searchAuditEvents } from '../../queries/audit.js';
 import * as queries from '../../queries/fhir.js';
 import { auditedWith, auditInline, noteAudit } from '../audit.js';
@@ -293,6 +294,7 @@ export const fhirRouter = (casebook: Casebook): Router => {
       reason,
       force,
     });
+    await forgetExported(casebook.config.exportSink, outcome.exportKeys);
     ctx.type = FHIR_JSON;
     ctx.body = {
       resourceType: 'OperationOutcome',

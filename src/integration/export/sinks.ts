@@ -4,7 +4,7 @@
  * (one .txt per report, written atomically). Only the plain text and the hospital identifiers
  * leave casebook.
  */
-import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { mkdir, rename, unlink, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,7 +52,28 @@ export interface Sink {
    * @throws {Error} when the sink did not accept it, or the delivery was aborted.
    */
   deliver(report: Report, signal?: AbortSignal): Promise<void>;
+  /**
+   * Removes what this installation keeps of delivered reports, by idempotency key, where the sink
+   * is the installation's own (a drop directory: its files); absent where what was sent is the
+   * receiver's (HTTP, MLLP). For erasure (docs/architecture.md "Erasure"). A report not there is
+   * no error.
+   */
+  forget?(idempotencyKeys: readonly string[]): Promise<number>;
 }
+
+/**
+ * Removes the reports with these idempotency keys from the sink named by `exportSink`
+ * (EXPORT_SINK) where it is the installation's own (a drop directory); nothing for other sinks or
+ * none (docs/architecture.md "Erasure").
+ * @returns how many files it removed.
+ */
+export const forgetExported = async (
+  exportSink: string | undefined,
+  keys: readonly string[],
+): Promise<number> => {
+  if (!exportSink || keys.length === 0) return 0;
+  return (await openSink(exportSink).forget?.(keys)) ?? 0;
+};
 
 export interface SinkOptions {
   /** Bound of one delivery to any sink (HTTP, MLLP, file), milliseconds (default 10 s). */
@@ -120,12 +141,14 @@ const httpSink = (url: URL, timeoutMs: number): Sink => {
 
 const fileSink = (url: URL, timeoutMs: number): Sink => {
   const dir = fileURLToPath(url);
+  /** The file of a report: `<key>.txt`, the key's characters outside `A-Za-z0-9._-` as `_`. */
+  const fileOf = (key: string) => join(dir, `${key.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
   /** Writes `<key>.txt` atomically; stops between steps once `signal` is aborted. */
   const write = async (report: Report, signal: AbortSignal) => {
     await mkdir(dir, { recursive: true });
     signal.throwIfAborted();
     // The key names the file: unique across installations, stable across attempts.
-    const name = join(dir, `${report.idempotencyKey.replace(/[^A-Za-z0-9._-]/g, '_')}.txt`);
+    const name = fileOf(report.idempotencyKey);
     const tmp = `${name}.tmp`;
     // A correction or a retraction says so on its first line; a final report is the text alone.
     const status = report.status ?? 'final';
@@ -168,6 +191,18 @@ const fileSink = (url: URL, timeoutMs: number): Sink => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', stop);
       }
+    },
+    forget: async (keys) => {
+      let removed = 0;
+      for (const key of keys)
+        for (const path of [fileOf(key), `${fileOf(key)}.tmp`])
+          try {
+            await unlink(path);
+            removed++;
+          } catch (error) {
+            if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+          }
+      return removed;
     },
   };
 };

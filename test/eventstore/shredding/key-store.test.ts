@@ -5,7 +5,7 @@
  * that leaves a tombstone and no key material, rotation all or nothing, and the wrong KEK refused.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -75,7 +75,9 @@ const fileAdapter: Adapter = {
     const path = join(dir, 'keys', 'keys.json');
     return {
       records: async () => FileKeyRecords.open(path),
-      dump: async () => readFileSync(path, 'utf8'),
+      // The snapshot and the journal: a destroyed key must be in neither.
+      dump: async () =>
+        [path, `${path}.journal`].map((p) => (existsSync(p) ? readFileSync(p, 'utf8') : '')).join('\n'),
     };
   },
 };
@@ -350,17 +352,31 @@ describe('key store: SQL specifics', function () {
 describe('key store: the embedded default file', () => {
   const cleanups = closeAfterEach();
 
-  it('lives in <DATA_DIR>/keys/keys.json, mode 0600, written whole', async () => {
+  it('lives in <DATA_DIR>/keys/keys.json, mode 0600: a new key is one journal line, a reopen compacts', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'casebook-keys-'));
     cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const store = await openKeyStore({ dataDir: dir }, LocalKek.random());
+    const kek = LocalKek.random();
+    const store = await openKeyStore({ dataDir: dir }, kek);
     await Promise.all(Array.from({ length: 30 }, (_, i) => store.getOrCreate(1, `Patient/${i}`)));
-    await store.close();
     const path = join(dir, 'keys', 'keys.json');
+    const journal = `${path}.journal`;
+    // The KEK id, the tenant's secret and 30 keys: a line each, nothing rewritten.
+    expect(readFileSync(journal, 'utf8').trim().split('\n')).to.have.length(32);
+    expect(statSync(journal).mode & 0o777).to.equal(0o600);
+    const before = await store.getOrCreate(1, 'Patient/7');
+    await store.close();
+    // A torn last line (a crash mid-append) is dropped; the rest is compacted into the snapshot.
+    appendFileSync(journal, '{"key":"1:torn","value":{"id":');
+    const reopened = await openKeyStore({ dataDir: dir }, kek);
+    expect(readFileSync(journal, 'utf8')).to.equal('');
     expect(statSync(path).mode & 0o777).to.equal(0o600);
     const file = JSON.parse(readFileSync(path, 'utf8'));
     expect(file.format).to.equal(1);
     expect(Object.keys(file.keys)).to.have.length(30);
+    const again = await reopened.getOrCreate(1, 'Patient/7');
+    expect(again.id).to.equal(before.id);
+    expect(again.key.equals(before.key)).to.equal(true);
+    await reopened.close();
   });
 });
 
