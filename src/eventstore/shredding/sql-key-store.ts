@@ -137,13 +137,16 @@ export class SqlKeyRecords implements KeyRecords {
 
   async insertKey(tenant: number, subjectHash: string, record: KeyRecord): Promise<KeyRecord> {
     // Concurrent inserts for one subject: the first commits, the others do nothing and read it.
-    await this.sql.query(
+    // The row inserted comes back with the insert (one round trip for a new subject).
+    const [inserted] = await this.sql.query<KeyRow>(
       `WITH current_kek AS (SELECT 1 FROM ${this.#t.kek} WHERE kek_id = $5 FOR SHARE)
        INSERT INTO ${this.#t.keys} (tenant_id, subject_hash, key_id, wrapped, kek_id)
        SELECT $1, $2, $3, $4, $5 FROM current_kek
-       ON CONFLICT (tenant_id, subject_hash) DO NOTHING`,
+       ON CONFLICT (tenant_id, subject_hash) DO NOTHING
+       RETURNING key_id, wrapped, kek_id, destroyed_at`,
       [tenant, subjectHash, record.keyId, record.wrapped, record.kekId],
     );
+    if (inserted) return keyRecord(inserted);
     const kept = await this.keyBySubject(tenant, subjectHash);
     if (!kept) throw rotatedAway(this.where, record.kekId!);
     return kept;
