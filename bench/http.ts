@@ -462,7 +462,11 @@ const main = async () => {
     await benchCasebook('casebook-pglite', { DATA_DIR: join(dataDir, 'pglite') }, seedFile, rawPglite);
   } finally {
     for (const raw of raws) await raw.stop();
-    for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    // With each casebook schema its key store (`<schema>_keys`, docs/architecture.md "Erasure").
+    for (const schema of schemas)
+      await admin.query(
+        `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_keys CASCADE`,
+      );
     await admin.end();
     rmSync(dataDir, { recursive: true, force: true });
   }

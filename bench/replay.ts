@@ -228,7 +228,10 @@ const main = async () => {
     if (process.env.BENCH_MD5 === '1')
       for (const [table, digest] of Object.entries(digests)) console.log(`${table}: ${digest}`);
   } finally {
-    if (!reuse && process.env.BENCH_KEEP !== '1') await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    if (!reuse && process.env.BENCH_KEEP !== '1')
+      await admin.exec(
+        `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_keys CASCADE`,
+      );
     else console.log(`schema kept: BENCH_SCHEMA=${schema}`);
     await admin.close();
   }
