@@ -170,6 +170,13 @@ for (const database of testDatabases) {
       expect((await fhir(app, 'GET', `/Patient/${patient}`)).status).to.equal(410);
       for (const e of encounters) expect((await fhir(app, 'GET', `/Encounter/${e}`)).status).to.equal(410);
       expect((await fhir(app, 'GET', `/QuestionnaireResponse/${response}`)).status).to.equal(410);
+      // docs/interface.md §4.3 rule 17: vread and history 410 too, and a write about the patient.
+      expect((await fhir(app, 'GET', `/Patient/${patient}/_history`)).status).to.equal(410);
+      expect((await fhir(app, 'GET', `/Patient/${patient}/_history/1`)).status).to.equal(410);
+      const rewrite = await fhir(app, 'PUT', `/Patient/${patient}`, {
+        body: { resourceType: 'Patient', id: String(patient), name: [{ family: FAMILY }] },
+      });
+      expect(rewrite.status).to.equal(410);
       for (const query of [
         `/Patient?_id=${patient}`,
         '/Patient?identifier=urn:casebook:hospital:patient%7CER-MRN-4711',
