@@ -12,7 +12,7 @@ import { join, resolve } from 'node:path';
 import cliProgress from 'cli-progress';
 import { Command, Option } from 'commander';
 import { type Casebook, lockDataDir, openCasebook } from '../casebook.js';
-import { erasePatient } from '../commands/erasure.js';
+import { erasePatient, erasureAuditEntity } from '../commands/erasure.js';
 import { requeueExport } from '../commands/export.js';
 import { generateSecret } from '../commands/secrets.js';
 import {
@@ -30,6 +30,7 @@ import {
   type AuditEventRecordedData,
 } from '../domain/audit/audit.js';
 import { DomainError } from '../domain/decider.js';
+import { newId } from '../domain/ids.js';
 import { parsePosition, positionToString, type RecordedEvent } from '../eventstore/port.js';
 import { Sealer } from '../eventstore/sealer.js';
 import { loadKek, parseKek, replaceKekFile, rotateKeys } from '../eventstore/shredding/index.js';
@@ -64,8 +65,11 @@ const withCasebook = async (
   }
 };
 
+/** Who runs this command line, as its events and AuditEvents name it. */
+const cliActor = (): string => `cli:${process.env.USER ?? 'operator'}`;
+
 const cliContext = (casebook: Casebook, tenantId: number | null) =>
-  casebook.context({ tenantId, actor: { type: 'system', id: `cli:${process.env.USER ?? 'operator'}` } });
+  casebook.context({ tenantId, actor: { type: 'system', id: cliActor() } });
 
 const eventJson = (e: RecordedEvent) => ({
   id: e.id,
@@ -379,7 +383,7 @@ exportCommand
         const versions = await requeueExport(
           cliContext(casebook, Number(row.tenant_id)),
           o.report,
-          `cli:${process.env.USER ?? 'operator'}`,
+          cliActor(),
         );
         print({ requeued: versions.map((v) => `QuestionnaireResponse/${o.report}/_history/${v}`) });
       },
@@ -400,11 +404,25 @@ program
     withCasebook(async (casebook) => {
       if (!Number.isInteger(o.tenant) || o.tenant <= 0) throw new Error('--tenant must be a tenant id');
       if (!Number.isInteger(o.patient) || o.patient <= 0) throw new Error('--patient must be a Patient id');
-      const outcome = await erasePatient(cliContext(casebook, o.tenant), casebook.keys, {
-        patientId: o.patient,
-        reason: o.reason,
-        force: o.force === true,
-      });
+      const forced = o.force === true;
+      // The erasure's AuditEvent (who, when, why: docs/interface.md §4.3 rule 17), appended with it.
+      const outcome = await erasePatient(
+        cliContext(casebook, o.tenant),
+        casebook.keys,
+        { patientId: o.patient, reason: o.reason, force: forced },
+        {
+          audit: () => ({
+            id: newId(),
+            tenantId: o.tenant,
+            interaction: 'operation',
+            action: 'D',
+            recorded: casebook.clock().toISOString(),
+            status: 200,
+            agent: { kind: 'system', name: cliActor() },
+            entities: [erasureAuditEntity(o.patient, o.reason, forced)],
+          }),
+        },
+      );
       const files = await forgetExported(casebook.config.exportSink, outcome.exportKeys);
       print({
         erased: `Patient/${o.patient}`,

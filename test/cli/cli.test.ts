@@ -8,7 +8,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { pino } from 'pino';
+import { openCasebook } from '../../src/casebook.js';
+import { execute } from '../../src/commands/handler.js';
+import { createResource } from '../../src/commands/resources.js';
+import { loadConfig } from '../../src/config.js';
 import { PostgresSql } from '../../src/db/sql.js';
+import type { AuditRecord } from '../../src/domain/audit/audit.js';
+import { DEFINITIONS } from '../../src/fhir/definitions.js';
 import { MAX_SKEW_SECONDS, verifyLaunch } from '../../src/integration/launch-signature.js';
 import { allProjections } from '../../src/projections/index.js';
 import { POSTGRES_TEST_URL } from '../support/databases.js';
@@ -163,6 +170,53 @@ describe('casebook CLI on the Postgres server', function () {
       ],
     });
     expect((await exportAll()).length).to.equal(before);
+  });
+
+  it('erases a patient with a reason: the AuditEvent says who and why, and erasing again adds nothing', async () => {
+    const casebook = await openCasebook(loadConfig({ ...process.env, DATABASE_URL: env.DATABASE_URL }), {
+      logger: pino({ level: 'silent' }),
+    });
+    let patient: number;
+    try {
+      const ctx = casebook.context({ tenantId: 2, actor: { type: 'system', id: 'test' } });
+      ({ result: patient } = await execute(
+        ctx,
+        async (uow) =>
+          (await createResource(uow, DEFINITIONS.Patient, 2, { name: [{ family: 'Cli-Erased' }] })).id,
+      ));
+    } finally {
+      await casebook.close();
+    }
+    const args = ['erase', '--tenant', '2', '--patient', String(patient), '--reason', 'duplicate record'];
+    expect(JSON.parse(await cli(args, env))).to.deep.include({
+      erased: `Patient/${patient}`,
+      already: false,
+      resources: [`Patient/${patient}`],
+    });
+    expect(JSON.parse(await cli(args, env))).to.deep.include({ already: true, resources: [] });
+
+    const log = (await exportAll()) as unknown as {
+      type: string;
+      position: string;
+      data: { reason?: string; records?: AuditRecord[] };
+    }[];
+    const erased = log.filter((e) => e.type === 'PatientErased');
+    expect(erased.map((e) => e.data.reason)).to.deep.equal(['duplicate record']);
+    const records = log
+      .filter(
+        (e) =>
+          e.type === 'AuditEventsRecorded' && e.position.split('/')[0] === erased[0]!.position.split('/')[0],
+      )
+      .flatMap((e) => e.data.records ?? []);
+    expect(records).to.have.length(1);
+    expect(records[0]).to.deep.include({ tenantId: 2, interaction: 'operation', action: 'D', status: 200 });
+    expect(records[0]!.agent).to.deep.equal({
+      kind: 'system',
+      name: `cli:${process.env.USER ?? 'operator'}`,
+    });
+    expect(records[0]!.entities).to.deep.equal([
+      { reference: `Patient/${patient}`, patientId: patient, reason: 'duplicate record' },
+    ]);
   });
 
   it('replays the log into identical read models', async () => {

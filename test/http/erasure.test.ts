@@ -21,11 +21,13 @@ import { expect } from 'chai';
 import { pino } from 'pino';
 import { completeErasures } from '../../src/commands/erasure.js';
 import { execute } from '../../src/commands/handler.js';
+import type { AuditEventsRecordedData } from '../../src/domain/audit/audit.js';
 import { erasureDecider, erasureStream } from '../../src/domain/erasure/erasure.js';
 import { tenantDecider, tenantStream } from '../../src/domain/tenant/tenant.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { Sealer } from '../../src/eventstore/sealer.js';
 import { verifyLog } from '../../src/eventstore/verify.js';
+import { toAuditEvent } from '../../src/fhir/audit-event.js';
 import { patientEvents } from '../../src/queries/patient-events.js';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
@@ -219,6 +221,23 @@ for (const database of testDatabases) {
       expect(erased).to.have.length(1);
       expect(erased[0]!.data).to.deep.include({ patientId: patient, reason: 'created for the wrong person' });
       expect(events.filter((e) => e.erased).length).to.be.greaterThan(5);
+      // Its AuditEvent (who, when, why) is appended in the same transaction (docs/interface.md §4.3
+      // rule 17): the client, the Patient, the reason.
+      const audits = (await app.allEvents({ audit: true })).filter(
+        (e) => e.type === 'AuditEventsRecorded' && e.position.commit === erased[0]!.position.commit,
+      );
+      const records = audits.flatMap((e) => (e.data as AuditEventsRecordedData).records);
+      expect(records).to.have.length(1);
+      expect(records[0]).to.deep.include({ interaction: 'operation', action: 'D', status: 200 });
+      expect(records[0]!.agent).to.deep.include({ kind: 'client' });
+      expect(records[0]!.entities).to.deep.equal([
+        { reference: `Patient/${patient}`, patientId: patient, reason: 'created for the wrong person' },
+      ]);
+      const shown = toAuditEvent(records[0]!) as { entity?: { detail?: unknown[] }[] };
+      expect(shown.entity?.[0]?.detail).to.deep.include({
+        type: { text: 'reason' },
+        valueString: 'created for the wrong person',
+      });
       expect((await fhir(app, 'GET', `/Patient/${other}`)).body).to.deep.equal(otherBefore);
 
       // The sealed log still verifies, erasure and all.
@@ -311,6 +330,18 @@ for (const database of testDatabases) {
         expect((await fhir(app, 'GET', `/Patient/${id}`)).status).to.equal(410);
         const [event] = await app.casebook.store.readStream(erasureStream(id));
         expect(event!.data).to.deep.include({ forced: true, reason: 'court order 2026/17' });
+        const audit = (await app.allEvents({ audit: true }))
+          .filter((e) => e.type === 'AuditEventsRecorded' && e.position.commit === event!.position.commit)
+          .flatMap((e) => (e.data as AuditEventsRecordedData).records);
+        expect(audit.map((r) => r.entities)).to.deep.equal([
+          [
+            {
+              reference: `Patient/${id}`,
+              patientId: id,
+              reason: 'forced inside the retention period: court order 2026/17',
+            },
+          ],
+        ]);
       } finally {
         await configure(undefined);
       }

@@ -6,7 +6,7 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Casebook } from '../../casebook.js';
-import { erasePatient } from '../../commands/erasure.js';
+import { erasePatient, erasureAuditEntity } from '../../commands/erasure.js';
 import * as fhir from '../../commands/fhir.js';
 import { execute } from '../../commands/handler.js';
 import type { WriteResult } from '../../commands/resources.js';
@@ -288,12 +288,19 @@ export const fhirRouter = (casebook: Casebook): Router => {
     const principal = await resolvePrincipal(ctx, casebook);
     authorizeErasure(principal);
     const { reason, force } = erasureParameters(ctx.request.body);
-    noteAudit(ctx, { interaction: 'operation', action: 'D', entities: [{ reference: `Patient/${id}` }] });
-    const outcome = await erasePatient(contextFor(ctx, principal), casebook.keys, {
-      patientId: id,
-      reason,
-      force,
+    // Who, when and why (docs/interface.md §4.3 rule 17), appended with the PatientErased event.
+    noteAudit(ctx, {
+      interaction: 'operation',
+      action: 'D',
+      entities: [erasureAuditEntity(id, reason, force === true)],
     });
+    const outcome = await erasePatient(
+      contextFor(ctx, principal),
+      casebook.keys,
+      { patientId: id, reason, force },
+      { audit: auditInline(casebook, ctx, () => ({ status: 200, note: {} })) },
+    );
+    auditedWith(ctx, outcome.audited);
     await forgetExported(casebook.config.exportSink, outcome.exportKeys);
     ctx.type = FHIR_JSON;
     ctx.body = {
