@@ -22,7 +22,7 @@ import { migrateSeals } from './eventstore/seal.js';
 import { Sealer } from './eventstore/sealer.js';
 import { shreddingCodec } from './eventstore/shredding/codec.js';
 import { type KeyStore, loadKek, openKeyStore } from './eventstore/shredding/index.js';
-import { phiSubjectOf } from './fhir/phi.js';
+import { createsPhiSubject, phiSubjectOf } from './fhir/phi.js';
 import { type BacklogDecision, Exporter } from './integration/export/exporter.js';
 import { openSink } from './integration/export/sinks.js';
 import { SubscriptionNotifier } from './integration/subscriptions/notifier.js';
@@ -188,13 +188,14 @@ export const openCasebook = async (config: Config, options: OpenOptions = {}): P
         databaseUrl: config.databaseUrl,
         keyStoreUrl: config.keys.storeUrl,
         keyStoreSchema: config.keys.storeSchema,
+        logSharesDatabase: !config.kurrentDbUrl,
       },
       kek!.kek,
       sql,
     ));
   const store = await openEventStore({
     sql,
-    codec: shreddingCodec(keys, phiSubjectOf),
+    codec: shreddingCodec(keys, phiSubjectOf, createsPhiSubject),
     ...(config.kurrentDbUrl ? { kurrentDbUrl: config.kurrentDbUrl } : {}),
   });
   await migrateSequences(sql);

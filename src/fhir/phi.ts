@@ -43,3 +43,14 @@ export const phiSubjectOf = (type: string, data: unknown): string | undefined =>
   }
   return undefined;
 };
+
+/**
+ * Whether the event creates its subject: a Patient's first version. Its data key cannot exist yet
+ * (unless an attempt of the same creation stored one and failed), so the key store inserts a new
+ * key without looking for one first (src/eventstore/shredding/key-store.ts `getOrCreate`'s
+ * `fresh`). A hint only: a wrong true costs one lookup more, never a second key.
+ */
+export const createsPhiSubject = (type: string): boolean => {
+  const kind = resourceEventKind(type);
+  return kind?.resourceType === 'Patient' && kind.kind === 'created';
+};

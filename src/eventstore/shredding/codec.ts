@@ -15,6 +15,12 @@ import { Keyring, type KeyStore } from './key-store.js';
  */
 export type SubjectOf = (type: string, data: unknown) => string | undefined;
 
+/**
+ * Whether an event of `type` creates its subject (its key cannot exist yet): a hint that saves the
+ * key store a lookup (src/fhir/phi.ts `createsPhiSubject`).
+ */
+export type CreatesSubject = (type: string) => boolean;
+
 /** Thrown when an event about an erased patient is appended: its key is gone, nothing is written. */
 export class SubjectErased extends Error {
   override readonly name = 'SubjectErased';
@@ -45,18 +51,30 @@ export interface EventCodec {
  * The crypto-shredding codec over `keys` (docs/architecture.md "Erasure"). The associated data of
  * each envelope is the event's id, so an envelope copied onto another event does not decrypt.
  * Events without a tenant are never encrypted (their data keys are per tenant).
+ * @param createsSubject which events create their subject (a new patient): its key is inserted
+ *   without a lookup first.
  */
-export const shreddingCodec = (keys: KeyStore, subjectOf: SubjectOf): EventCodec => ({
+export const shreddingCodec = (
+  keys: KeyStore,
+  subjectOf: SubjectOf,
+  createsSubject: CreatesSubject = () => false,
+): EventCodec => ({
   async encode(events) {
     const keyring = new Keyring(keys);
+    const subjects = events.map((event) =>
+      event.metadata.tenantId === null ? undefined : subjectOf(event.type, event.data ?? null),
+    );
+    // A subject one of the events creates (whichever comes first) needs no lookup of its key.
+    const created = new Set(subjects.filter((subject, i) => subject && createsSubject(events[i]!.type)));
     return Promise.all(
-      events.map(async (event) => {
+      events.map(async (event, i) => {
         const data = event.data ?? null;
         const tenant = event.metadata.tenantId;
-        const subject = tenant === null ? undefined : subjectOf(event.type, data);
+        const subject = subjects[i];
         if (subject === undefined || tenant === null) return data;
         try {
-          return encryptJson(data, await keyring.forSubject(tenant, subject), event.id);
+          const key = await keyring.forSubject(tenant, subject, { fresh: created.has(subject) });
+          return encryptJson(data, key, event.id);
         } catch (error) {
           if (error instanceof DataKeyDestroyed) throw new SubjectErased(subject);
           throw error;

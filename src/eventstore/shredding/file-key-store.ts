@@ -5,7 +5,8 @@
  * by a mutex in this process.
  *
  * A new key or secret is one line appended (and fsynced) to the journal `keys.json.journal`: a
- * cost that does not grow with the number of keys. A destruction or a rotation rewrites the
+ * cost that does not grow with the number of keys; the keys of concurrent requests go in one
+ * write and one fsync, off the event loop. A destruction or a rotation rewrites the
  * snapshot `keys.json` whole, atomically (a temporary file, fsync, rename), and then empties the
  * journal, so no copy of a destroyed key's wrapped bytes is left in either file. Opening replays
  * the journal over the snapshot — an entry only where the snapshot has none, so a key destroyed
@@ -17,16 +18,8 @@
  *       "keys": { "<tenant>:<subject hash>": { "id": "<key id>", "wrapped": "<base64>" | null,
  *                 "kek": "<KEK id>" | null, "createdAt": "…", "destroyedAt": null | "…" } } }
  */
-import {
-  appendFileSync,
-  closeSync,
-  existsSync,
-  fsyncSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  truncateSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, truncateSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { writeFileAtomic } from './durable-file.js';
 import type { KeyRecord, KeyRecords, RewrapItem, SecretRecord } from './key-store.js';
@@ -91,6 +84,13 @@ export class FileKeyRecords implements KeyRecords {
   /** `<tenant>\0<key id>` → its entry in `keys`. */
   #byId = new Map<string, string>();
   #queue: Promise<unknown> = Promise.resolve();
+  /** Entries waiting for the next journal write ({@link FileKeyRecords.#append}). */
+  readonly #pending: {
+    entry: JournalEntry;
+    check?: (state: KeyFile) => void;
+    resolve: () => void;
+    reject: (error: unknown) => void;
+  }[] = [];
 
   private constructor(
     private readonly path: string | undefined,
@@ -146,27 +146,53 @@ export class FileKeyRecords implements KeyRecords {
   }
 
   /**
-   * Records `entry` (a new KEK id, secret or key), one change at a time: one line appended to the
-   * journal and fsynced, then applied to the state. A failed append changes nothing.
-   * @returns what the state holds for the entry afterwards (an earlier one wins).
+   * Records `entry` (a new KEK id, secret or key): a line appended to the journal and fsynced,
+   * then applied to the state. Entries recorded while a journal write is in flight go together in
+   * the next one (one write and one fsync for a batch, off the event loop: a group commit, as
+   * src/db/batcher.ts does for the database). A failed write changes nothing; `check` (run at the
+   * entry's turn, after every earlier change) refuses an entry alone.
    */
   #append(entry: JournalEntry, check?: (state: KeyFile) => void): Promise<void> {
-    const run = this.#queue.then(() => {
-      check?.(this.#state);
-      if (this.path) {
-        const fd = openSync(journalOf(this.path), 'a', 0o600);
-        try {
-          appendFileSync(fd, `${JSON.stringify(entry)}\n`);
-          fsyncSync(fd);
-        } finally {
-          closeSync(fd);
-        }
+    return new Promise<void>((resolve, reject) => {
+      this.#pending.push({ entry, ...(check ? { check } : {}), resolve, reject });
+      if (this.#pending.length > 1) return; // a flush is scheduled already and takes it along
+      const run = this.#queue.then(() => this.#flush());
+      this.#queue = run.catch(() => undefined);
+    });
+  }
+
+  /** Writes the pending entries to the journal (one append, one fsync), then applies them. */
+  async #flush(): Promise<void> {
+    const batch = this.#pending.splice(0);
+    const accepted = batch.filter((w) => {
+      try {
+        w.check?.(this.#state);
+        return true;
+      } catch (error) {
+        w.reject(error);
+        return false;
       }
+    });
+    if (accepted.length === 0) return;
+    if (this.path) {
+      try {
+        const journal = await open(journalOf(this.path), 'a', 0o600);
+        try {
+          await journal.appendFile(accepted.map((w) => `${JSON.stringify(w.entry)}\n`).join(''));
+          await journal.sync();
+        } finally {
+          await journal.close();
+        }
+      } catch (error) {
+        for (const w of accepted) w.reject(error);
+        return;
+      }
+    }
+    for (const { entry, resolve } of accepted) {
       replay(this.#state, entry);
       if ('key' in entry) this.#byId.set(`${entry.key.split(':')[0]}\0${entry.value.id}`, entry.key);
-    });
-    this.#queue = run.catch(() => undefined);
-    return run;
+      resolve();
+    }
   }
 
   /**

@@ -25,6 +25,12 @@ export interface KeyStoreSettings {
   readonly keyStoreUrl?: string | undefined;
   /** KEY_STORE_SCHEMA: the key store's schema (default `casebook_keys`). */
   readonly keyStoreSchema?: string | undefined;
+  /**
+   * The event log is the SQL event store on the `sql` given to {@link openKeyStore} (not
+   * KurrentDB): a new key may then commit without waiting for its WAL flush, as every event
+   * encrypted under it commits later, synchronously, in the same WAL (SqlKeyRecords `asyncInserts`).
+   */
+  readonly logSharesDatabase?: boolean;
 }
 
 /** Where {@link openKeyStore} puts the key store, for messages: a schema of a database, or a file. */
@@ -57,7 +63,11 @@ export const openKeyStore = async (
     const owned = settings.keyStoreUrl !== undefined || sql === undefined;
     const connection = owned ? new PostgresSql(url, { max: 4 }) : sql!;
     try {
-      records = await SqlKeyRecords.open(connection, { ...(schema ? { schema } : {}), owned });
+      records = await SqlKeyRecords.open(connection, {
+        ...(schema ? { schema } : {}),
+        owned,
+        asyncInserts: !owned && settings.logSharesDatabase === true,
+      });
     } catch (error) {
       if (owned) await connection.close().catch(() => undefined);
       throw error;

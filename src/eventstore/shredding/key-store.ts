@@ -202,23 +202,27 @@ export class KeyStore {
    * The data key of `subject` in `tenant`, made on first use. Concurrent calls for one subject get
    * one key: in this process they share one call, across processes the store keeps the first insert.
    * @param subject an opaque name the caller gives (`Patient/123`); stored only as a keyed hash.
+   * @param options.fresh the subject is new (a patient being created): a new key is inserted at
+   *   once, and the stored one read only when the insert finds one (one statement instead of two).
    * @throws {DataKeyDestroyed} when the subject's key was destroyed: nothing is encrypted for an
    *   erased subject again (a new key would make its new data readable again).
    * @throws {WrongKek} when the stored key does not unwrap.
    */
-  getOrCreate(tenant: number, subject: string): Promise<DataKey> {
+  getOrCreate(tenant: number, subject: string, options: { fresh?: boolean } = {}): Promise<DataKey> {
     const k = subjectKey(tenant, subject);
     let pending = this.#creating.get(k);
     if (!pending) {
-      pending = this.#getOrCreate(tenant, subject).finally(() => this.#creating.delete(k));
+      pending = this.#getOrCreate(tenant, subject, options.fresh === true).finally(() =>
+        this.#creating.delete(k),
+      );
       this.#creating.set(k, pending);
     }
     return pending;
   }
 
-  async #getOrCreate(tenant: number, subject: string): Promise<DataKey> {
+  async #getOrCreate(tenant: number, subject: string, fresh: boolean): Promise<DataKey> {
     const hash = await this.#subjectHash(tenant, subject);
-    let record = await this.records.keyBySubject(tenant, hash);
+    let record = fresh ? undefined : await this.records.keyBySubject(tenant, hash);
     if (!record) {
       const keyId = newKeyId();
       const wrapped = await this.#kek.wrap(randomBytes(KEY_BYTES), dataKeyContext(tenant, keyId));
@@ -293,11 +297,11 @@ export class Keyring {
   constructor(private readonly store: KeyStore) {}
 
   /** {@link KeyStore.getOrCreate}, once per subject in this keyring. */
-  forSubject(tenant: number, subject: string): Promise<DataKey> {
+  forSubject(tenant: number, subject: string, options: { fresh?: boolean } = {}): Promise<DataKey> {
     const k = subjectKey(tenant, subject);
     let key = this.#bySubject.get(k);
     if (!key) {
-      key = this.store.getOrCreate(tenant, subject);
+      key = this.store.getOrCreate(tenant, subject, options);
       this.#bySubject.set(k, key);
       key.then(
         (found) => this.#byId.set(`${tenant}\0${found.id}`, Promise.resolve(found)),

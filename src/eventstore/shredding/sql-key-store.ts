@@ -5,6 +5,7 @@
  * every statement names the schema. The database may be the event log's (DATABASE_URL) or another
  * one (KEY_STORE_URL).
  */
+import { Batcher } from '../../db/batcher.js';
 import { migrate, migrationsIn } from '../../db/migrations.js';
 import { quoteIdentifier, type Sql, withSearchPath } from '../../db/sql.js';
 import type { KeyRecord, KeyRecords, RewrapItem, SecretRecord } from './key-store.js';
@@ -39,6 +40,17 @@ type KeyRow = {
 
 const bytes = (value: Uint8Array): Buffer => Buffer.from(value.buffer, value.byteOffset, value.byteLength);
 
+/** A subject's key asked for, in a batch of lookups. */
+interface SubjectItem {
+  readonly tenant: number;
+  readonly subjectHash: string;
+}
+
+/** A new key to keep, in a batch of inserts (all of a batch under one KEK). */
+interface InsertItem extends SubjectItem {
+  readonly record: KeyRecord;
+}
+
 const keyRecord = (row: KeyRow): KeyRecord => ({
   keyId: row.key_id,
   wrapped: row.wrapped ? bytes(row.wrapped) : null,
@@ -60,19 +72,89 @@ export class SqlKeyRecords implements KeyRecords {
     private readonly sql: Sql,
     readonly schema: string,
     private readonly owned: boolean,
+    private readonly asyncInserts: boolean,
   ) {
     const s = quoteIdentifier(schema);
     this.#t = { kek: `${s}.kek`, secrets: `${s}.identifier_secrets`, keys: `${s}.data_keys` };
     this.where = `schema ${schema}`;
+    // Concurrent requests' lookups and new keys go together, one statement per batch
+    // (src/db/batcher.ts): a POST of a new patient does not cost the key store a commit of its own.
+    this.#lookups = new Batcher((items) => this.#lookup(items));
+    this.#inserts = new Batcher(
+      (items) => this.#insert(items),
+      undefined,
+      undefined,
+      undefined,
+      (batch, item) => batch[0]!.record.kekId === item.record.kekId,
+    );
+  }
+
+  readonly #lookups: Batcher<SubjectItem, KeyRecord | undefined>;
+  readonly #inserts: Batcher<InsertItem, KeyRecord | undefined>;
+
+  /** The keys of `items` (undefined: none), in one statement. */
+  async #lookup(items: readonly SubjectItem[]): Promise<(KeyRecord | undefined)[]> {
+    const rows = await this.sql.query<KeyRow & { i: string }>(
+      `SELECT w.i::text AS i, k.key_id, k.wrapped, k.kek_id, k.destroyed_at
+         FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS w(tenant_id, subject_hash, i)
+         -- LATERAL: one primary-key probe per subject, whatever the planner thinks of unnest's rows.
+         CROSS JOIN LATERAL (SELECT * FROM ${this.#t.keys}
+                              WHERE tenant_id = w.tenant_id AND subject_hash = w.subject_hash) k`,
+      [items.map((i) => i.tenant), items.map((i) => i.subjectHash)],
+    );
+    const found: (KeyRecord | undefined)[] = items.map(() => undefined);
+    for (const row of rows) found[Number(row.i) - 1] = keyRecord(row);
+    return found;
+  }
+
+  /**
+   * Inserts the keys of `items` (one KEK) where their subjects have none, in one statement, only
+   * while the store is under that KEK (a rotation holds the kek row until it commits).
+   * @returns each item's inserted record; undefined where a key was kept already (or the store rotated).
+   */
+  async #insert(items: readonly InsertItem[]): Promise<(KeyRecord | undefined)[]> {
+    const rows = await this.sql.query<KeyRow>(
+      // Hex text, not bytea[]: an array of byte strings is sent alike by node-postgres and PGlite.
+      `WITH durability AS (SELECT set_config('synchronous_commit',
+         CASE WHEN $6::boolean THEN 'off' ELSE current_setting('synchronous_commit') END, true)),
+       current_kek AS (SELECT 1 FROM ${this.#t.kek} WHERE kek_id = $5 FOR SHARE),
+       w AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[])
+                      WITH ORDINALITY AS w(tenant_id, subject_hash, key_id, wrapped, i))
+       INSERT INTO ${this.#t.keys} (tenant_id, subject_hash, key_id, wrapped, kek_id)
+       SELECT w.tenant_id, w.subject_hash, w.key_id, decode(w.wrapped, 'hex'), $5 FROM w, current_kek, durability
+       ORDER BY w.i
+       ON CONFLICT (tenant_id, subject_hash) DO NOTHING
+       RETURNING key_id, wrapped, kek_id, destroyed_at`,
+      [
+        items.map((i) => i.tenant),
+        items.map((i) => i.subjectHash),
+        items.map((i) => i.record.keyId),
+        items.map((i) => i.record.wrapped!.toString('hex')),
+        items[0]!.record.kekId,
+        // Until this statement's transaction ends (set_config's is_local), its commit included.
+        this.asyncInserts,
+      ],
+    );
+    // Key ids are random and unique: each row inserted is its item's.
+    const inserted = new Map(rows.map((row) => [row.key_id, keyRecord(row)]));
+    return items.map((i) => inserted.get(i.record.keyId));
   }
 
   /**
    * Makes the schema and brings its tables to the last migration.
    * @param schema the key store's schema (default `casebook_keys`).
    * @param owned whether {@link close} closes `sql` (a KEY_STORE_URL pool of its own).
+   * @param asyncInserts new keys commit without waiting for their WAL flush (`synchronous_commit`
+   *   off for that statement): only where every event encrypted under a key is appended later,
+   *   with a synchronous commit, to the same PostgreSQL cluster — the SQL event store on this
+   *   `sql`. Its commit flushes the WAL up to itself, the key's insert included; a crash before it
+   *   loses at most keys no event uses. Never for KEY_STORE_URL or a KurrentDB log.
    * @throws {Error} for a schema name outside {@link KEY_STORE_SCHEMA_PATTERN}; the database's errors.
    */
-  static async open(sql: Sql, options: { schema?: string; owned?: boolean } = {}): Promise<SqlKeyRecords> {
+  static async open(
+    sql: Sql,
+    options: { schema?: string; owned?: boolean; asyncInserts?: boolean } = {},
+  ): Promise<SqlKeyRecords> {
     const schema = options.schema ?? (await defaultKeyStoreSchema(sql));
     if (!KEY_STORE_SCHEMA_PATTERN.test(schema))
       throw new Error(
@@ -89,7 +171,7 @@ export class SqlKeyRecords implements KeyRecords {
       'key-store',
       migrationsIn(new URL('./sql/', import.meta.url)),
     );
-    return new SqlKeyRecords(sql, schema, options.owned ?? false);
+    return new SqlKeyRecords(sql, schema, options.owned ?? false, options.asyncInserts ?? false);
   }
 
   async claimKek(kekId: string): Promise<string> {
@@ -119,12 +201,8 @@ export class SqlKeyRecords implements KeyRecords {
     return kept;
   }
 
-  async keyBySubject(tenant: number, subjectHash: string): Promise<KeyRecord | undefined> {
-    const [row] = await this.sql.query<KeyRow>(
-      `SELECT key_id, wrapped, kek_id, destroyed_at FROM ${this.#t.keys} WHERE tenant_id = $1 AND subject_hash = $2`,
-      [tenant, subjectHash],
-    );
-    return row ? keyRecord(row) : undefined;
+  keyBySubject(tenant: number, subjectHash: string): Promise<KeyRecord | undefined> {
+    return this.#lookups.submit({ tenant, subjectHash });
   }
 
   async keyById(tenant: number, keyId: string): Promise<KeyRecord | undefined> {
@@ -137,16 +215,9 @@ export class SqlKeyRecords implements KeyRecords {
 
   async insertKey(tenant: number, subjectHash: string, record: KeyRecord): Promise<KeyRecord> {
     // Concurrent inserts for one subject: the first commits, the others do nothing and read it.
-    // The row inserted comes back with the insert (one round trip for a new subject).
-    const [inserted] = await this.sql.query<KeyRow>(
-      `WITH current_kek AS (SELECT 1 FROM ${this.#t.kek} WHERE kek_id = $5 FOR SHARE)
-       INSERT INTO ${this.#t.keys} (tenant_id, subject_hash, key_id, wrapped, kek_id)
-       SELECT $1, $2, $3, $4, $5 FROM current_kek
-       ON CONFLICT (tenant_id, subject_hash) DO NOTHING
-       RETURNING key_id, wrapped, kek_id, destroyed_at`,
-      [tenant, subjectHash, record.keyId, record.wrapped, record.kekId],
-    );
-    if (inserted) return keyRecord(inserted);
+    // The row inserted comes back with the insert (one round trip for a batch of new subjects).
+    const inserted = await this.#inserts.submit({ tenant, subjectHash, record });
+    if (inserted) return inserted;
     const kept = await this.keyBySubject(tenant, subjectHash);
     if (!kept) throw rotatedAway(this.where, record.kekId!);
     return kept;

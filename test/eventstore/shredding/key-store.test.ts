@@ -132,6 +132,27 @@ for (const adapter of [...sqlAdapters, fileAdapter]) {
       expect(new Set(keys.map((k) => k.key.toString('hex'))).size).to.equal(1);
     });
 
+    it('100 concurrent calls for 50 subjects in two tenants (batched together) yield one key each', async () => {
+      const subjects = Array.from({ length: 50 }, (_, i) => ({
+        tenant: 1 + (i % 2),
+        subject: `Patient/${i}`,
+      }));
+      const keys = await Promise.all(
+        [...subjects, ...subjects].map(({ tenant, subject }) => store.getOrCreate(tenant, subject)),
+      );
+      expect(new Set(keys.map((k) => k.id)).size).to.equal(50);
+      for (const [i, key] of keys.slice(0, 50).entries()) {
+        expect(keys[50 + i], subjects[i]!.subject).to.deep.equal(key);
+        expect(await store.get(subjects[i]!.tenant, key.id)).to.deep.equal(key);
+        expect(await store.get(3 - subjects[i]!.tenant, key.id), 'the other tenant').to.equal(undefined);
+      }
+      const again = await KeyStore.open(await backend.records(), kek);
+      const reread = await Promise.all(
+        subjects.map(({ tenant, subject }) => again.getOrCreate(tenant, subject)),
+      );
+      expect(reread).to.deep.equal(keys.slice(0, 50));
+    });
+
     it('stores the subject only as a keyed hash, and keys only wrapped', async () => {
       const key = await store.getOrCreate(1, 'Patient/subject-in-clear');
       await store.identifierSecret(1);
@@ -252,6 +273,20 @@ for (const adapter of [...sqlAdapters, fileAdapter]) {
       expect(store.kekId).to.equal(kek.id);
     });
 
+    it('a subject said to be new ("fresh") that has a key gets that key; a destroyed one is refused', async () => {
+      const kept = await store.getOrCreate(1, 'Patient/40');
+      expect(await store.getOrCreate(1, 'Patient/40', { fresh: true })).to.deep.equal(kept);
+      const made = await store.getOrCreate(1, 'Patient/41', { fresh: true });
+      // A store opened anew (another process) told the same: the stored keys.
+      const again = await KeyStore.open(await backend.records(), kek);
+      expect(await again.getOrCreate(1, 'Patient/40', { fresh: true })).to.deep.equal(kept);
+      expect(await again.getOrCreate(1, 'Patient/41')).to.deep.equal(made);
+      await store.destroy(1, 'Patient/41');
+      expect(await rejection(store.getOrCreate(1, 'Patient/41', { fresh: true }))).to.be.instanceOf(
+        DataKeyDestroyed,
+      );
+    });
+
     it('a rotation that fails half-way changes nothing', async () => {
       for (let i = 0; i < 5; i++) await store.getOrCreate(1, `Patient/${i}`);
       const before = await backend.dump();
@@ -271,6 +306,30 @@ for (const adapter of [...sqlAdapters, fileAdapter]) {
 describe('key store: SQL specifics', function () {
   this.timeout(120_000);
   const cleanups = closeAfterEach();
+
+  it('asyncInserts: a new key commits without a WAL flush wait, and only that statement (PostgreSQL)', async () => {
+    const schema = `k_${randomBytes(5).toString('hex')}`;
+    const sql = new PostgresSql(POSTGRES_TEST_URL, { max: 1 });
+    cleanups.push(async () => {
+      await sql.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await sql.close();
+    });
+    const store = await KeyStore.open(
+      await SqlKeyRecords.open(sql, { schema, asyncInserts: true }),
+      LocalKek.random(),
+    );
+    const keys = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => store.getOrCreate(1, `Patient/${i}`)),
+    );
+    expect(new Set(keys.map((k) => k.id)).size).to.equal(10);
+    // One connection: the setting did not outlive the insert's transaction.
+    const [setting] = await sql.query<{ synchronous_commit: string }>(`SHOW synchronous_commit`);
+    expect(setting!.synchronous_commit).to.equal('on');
+    const [{ n }] = (await sql.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${schema}.data_keys WHERE wrapped IS NOT NULL`,
+    )) as [{ n: number }];
+    expect(n).to.equal(10);
+  });
 
   for (const database of testDatabases)
     it(`puts its tables in its own schema, whatever the search path, on ${database.name}`, async () => {
@@ -327,6 +386,15 @@ describe('key store: SQL specifics', function () {
         Array.from({ length: 20 }, (_, i) => stores[i % stores.length]!.getOrCreate(1, 'Patient/race')),
       );
       expect(new Set(keys.map((k) => k.id)).size).to.equal(1);
+      // Batches of new subjects racing each other across stores: still one key per subject.
+      const many = await Promise.all(
+        Array.from({ length: 80 }, (_, i) => stores[i % stores.length]!.getOrCreate(1, `Patient/m${i % 20}`)),
+      );
+      for (let i = 0; i < 20; i++)
+        expect(new Set(many.filter((_, j) => j % 20 === i).map((k) => k.id)).size, `Patient/m${i}`).to.equal(
+          1,
+        );
+      expect(new Set(many.map((k) => k.id)).size).to.equal(20);
       const secrets = await Promise.all(stores.map((s) => s.identifierSecret(5)));
       expect(new Set(secrets.map((s) => s.toString('hex'))).size).to.equal(1);
     });
