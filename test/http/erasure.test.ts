@@ -26,8 +26,15 @@ import { erasureDecider, erasureStream } from '../../src/domain/erasure/erasure.
 import { tenantDecider, tenantStream } from '../../src/domain/tenant/tenant.js';
 import type { RecordedEvent } from '../../src/eventstore/port.js';
 import { Sealer } from '../../src/eventstore/sealer.js';
-import { verifyLog } from '../../src/eventstore/verify.js';
+import { shreddingCodec } from '../../src/eventstore/shredding/codec.js';
+import { DataKeyUnknown } from '../../src/eventstore/shredding/envelope.js';
+import { FileKeyRecords } from '../../src/eventstore/shredding/file-key-store.js';
+import { LocalKek } from '../../src/eventstore/shredding/kek.js';
+import { KeyStore } from '../../src/eventstore/shredding/key-store.js';
+import { SqlEventStore } from '../../src/eventstore/sql-event-store.js';
+import { logHead, verifyAgainst, verifyLog } from '../../src/eventstore/verify.js';
 import { toAuditEvent } from '../../src/fhir/audit-event.js';
+import { phiSubjectOf } from '../../src/fhir/phi.js';
 import { patientEvents } from '../../src/queries/patient-events.js';
 import { seed, startTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_TEST_URL, testDatabases } from '../support/databases.js';
@@ -63,11 +70,19 @@ for (const database of testDatabases) {
     let other: number;
     let encounters: number[];
     let response: number;
+    /** What the server logged (debug and up), from its start. */
+    const logLines: string[] = [];
 
-    /** Every row of every table of the schema (event log, read models, seals), as text. */
-    const dump = async (): Promise<string> => {
+    /**
+     * Every row of every table of the schema (event log, read models, seals), as text; with
+     * `prefix`, of the tables named so only (`es_`: the event log and its seals, what a backup of
+     * the log holds).
+     */
+    const dump = async (prefix = ''): Promise<string> => {
       const tables = await app.casebook.sql.query<{ name: string }>(
-        `SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1`,
+        `SELECT tablename AS name FROM pg_tables
+          WHERE schemaname = current_schema() AND starts_with(tablename, $1) ORDER BY 1`,
+        [prefix],
       );
       const parts: string[] = [];
       for (const { name } of tables) {
@@ -88,6 +103,7 @@ for (const database of testDatabases) {
       sink.listen(0, '127.0.0.1');
       await once(sink, 'listening');
       app = await startTestApp(database, {
+        logLines,
         env: {
           LAUNCHER_CLIENT_ID: 'ehr-backend',
           LAUNCHER_CLIENT_SECRET: 'general-secret-0123456789',
@@ -162,6 +178,26 @@ for (const database of testDatabases) {
       // What the dump would show: the read models hold the PHI in the clear until the erasure.
       for (const phi of ['ER-MRN-0002', FAMILY, BIRTH_DATE, SENTENCE.slice(0, 20)])
         expect(before, phi).to.include(phi);
+      const headBefore = await logHead(app.casebook.store, new Date(Date.now()));
+
+      // A backup of the log taken now (its tables: events, streams, seals), restored without the
+      // key store: the patient's PHI is in it only encrypted — its metadata in the clear — and a
+      // store over it with any other key store cannot read the patient's events.
+      const logBackup = await dump('es_');
+      expect(logBackup).to.include(`Patient-${patient}`);
+      for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE, SENTENCE.slice(0, 20)])
+        expect(logBackup, `log backup: ${phi}`).not.to.include(phi);
+      const withoutKeys = await SqlEventStore.open(app.casebook.sql, {
+        codec: shreddingCodec(
+          await KeyStore.open(FileKeyRecords.open(undefined), LocalKek.random()),
+          phiSubjectOf,
+        ),
+      });
+      const unreadable = await withoutKeys.readStream(`Patient-${patient}`).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(unreadable).to.be.instanceOf(DataKeyUnknown);
       const otherBefore = (await fhir(app, 'GET', `/Patient/${other}`)).body;
 
       const res = await erase(app, patient);
@@ -214,6 +250,11 @@ for (const database of testDatabases) {
       const after = await dump();
       for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE, SENTENCE.slice(0, 20)])
         expect(after, phi).not.to.include(phi);
+      // Nor in the server's log (debug and up), which never held it: the searches by MRN above
+      // and the launches with it included.
+      expect(logLines.length).to.be.greaterThan(0);
+      for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE, SENTENCE.slice(0, 20)])
+        expect(logLines.join(''), `log: ${phi}`).not.to.include(phi);
 
       // The log says so, without PHI; the other patient is as it was.
       const events = await app.allEvents();
@@ -244,6 +285,9 @@ for (const database of testDatabases) {
       await sealer.sealAll();
       const verified = await verifyLog(app.casebook.store, app.casebook.sql, { now: new Date(Date.now()) });
       expect(verified.ok, JSON.stringify(verified.problem)).to.equal(true);
+      // And against the head an auditor kept from before the erasure (`verify --against`).
+      const against = await verifyAgainst(app.casebook.store, headBefore);
+      expect(against.ok, JSON.stringify(against.problem)).to.equal(true);
 
       // The audit export lists the patient's events, erased, with their metadata, and the erasure.
       const exported: RecordedEvent[] = [];

@@ -33,7 +33,13 @@ export interface TestApp {
 /** Starts casebook on `database` with the clock at `start`. */
 export const startTestApp = async (
   database: TestDatabase,
-  options: { start?: Date; env?: Record<string, string>; realClock?: boolean } = {},
+  options: {
+    start?: Date;
+    env?: Record<string, string>;
+    realClock?: boolean;
+    /** Collects every log line (pino JSON, level debug) the server writes, instead of none. */
+    logLines?: string[];
+  } = {},
 ): Promise<TestApp> => {
   const opened = await database.open();
   let now = (options.start ?? new Date('2026-03-01T10:00:00.000Z')).getTime();
@@ -53,7 +59,9 @@ export const startTestApp = async (
     keys: await keysOf(opened),
     // Workers that schedule by the clock (the subscription notifier's backoff) need real time.
     clock: options.realClock ? () => new Date() : () => new Date(now),
-    logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
+    logger: options.logLines
+      ? pino({ level: 'debug' }, { write: (line: string) => options.logLines?.push(line) })
+      : pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
   });
   bare.on('request', createHttpApp(casebook).callback());
   const baseUrl = `http://127.0.0.1:${port}`;
