@@ -4,10 +4,17 @@
  * needed), every read the adapter starts must ask for a finite `maxCount` and be read to its end,
  * never left early (the client does not cancel a server stream it stops reading).
  */
-import { BACKWARDS, END, KurrentDBClient, START } from '@kurrent/kurrentdb-client';
+import { randomUUID } from 'node:crypto';
+import { BACKWARDS, END, type EventData, KurrentDBClient, START } from '@kurrent/kurrentdb-client';
 import { expect } from 'chai';
 import { KurrentDbEventStore, READ_PAGE } from '../../src/eventstore/kurrentdb-event-store.js';
-import type { Position } from '../../src/eventstore/port.js';
+import type { NewEvent, Position } from '../../src/eventstore/port.js';
+import { type EventCodec, SubjectErased, shreddingCodec } from '../../src/eventstore/shredding/codec.js';
+import { isEncrypted } from '../../src/eventstore/shredding/envelope.js';
+import { FileKeyRecords } from '../../src/eventstore/shredding/file-key-store.js';
+import { LocalKek } from '../../src/eventstore/shredding/kek.js';
+import { KeyStore } from '../../src/eventstore/shredding/key-store.js';
+import { createsPhiSubject, phiSubjectOf } from '../../src/fhir/phi.js';
 
 interface StoredEvent {
   readonly id: string;
@@ -49,7 +56,7 @@ const makeLog = (count: number, json: (i: number) => boolean = (i) => i % 7 !== 
   }));
 
 /** A client whose `readAll` and `readStream` iterate `log`, recording every read they start. */
-const stubbedClient = (log: readonly StoredEvent[]) => {
+const stubbedClient = (log: StoredEvent[], codec?: EventCodec) => {
   const client = KurrentDBClient.connectionString('kurrentdb://127.0.0.1:1?tls=false');
   const reads: StartedRead[] = [];
   const iterate = (
@@ -123,7 +130,30 @@ const stubbedClient = (log: readonly StoredEvent[]) => {
         options.maxCount,
       ),
   });
-  return { store: KurrentDbEventStore.fromClient(client), reads };
+  Object.assign(client, {
+    // Appends as the server would store them (to any stream state): what the codec encoded.
+    appendToStream: async (streamId: string, events: EventData[]) => {
+      let revision = BigInt(log.filter((e) => e.streamId === streamId).length) - 1n;
+      let position = log.at(-1)?.position ?? { commit: 0n, prepare: 0n };
+      for (const e of events) {
+        revision += 1n;
+        position = { commit: position.commit + 10n, prepare: position.prepare + 10n };
+        log.push({
+          id: e.id,
+          type: e.type,
+          streamId,
+          revision,
+          position,
+          isJson: true,
+          data: JSON.parse(JSON.stringify(e.data)),
+          metadata: e.metadata as Record<string, string>,
+          created: new Date('2026-03-01T10:00:00.000Z'),
+        });
+      }
+      return { success: true, nextExpectedRevision: revision, position };
+    },
+  });
+  return { store: KurrentDbEventStore.fromClient(client, codec ? { codec } : {}), reads };
 };
 
 /** Every read was asked for a finite count of at most a page (and one), and read to its end. */
@@ -206,5 +236,84 @@ describe('KurrentDB adapter reads are bounded and drained (stubbed client)', () 
     const result = await store.append('s-2', [], last.revision);
     expect(result.nextRevision).to.equal(last.revision);
     expectBoundedAndDrained(reads);
+  });
+});
+
+/** A resource version event of `type` (PatientRegistered, EncounterRegistered…) in tenant 1. */
+const resourceEvent = (type: string, id: number, resource: Record<string, unknown>): NewEvent => ({
+  id: randomUUID(),
+  type,
+  data: { id, tenantId: 1, resource, at: '2026-03-01T10:00:00.000Z' },
+  metadata: {
+    tenantId: 1,
+    actor: { type: 'system', id: 'test' },
+    correlationId: randomUUID(),
+    causationId: null,
+    requestId: null,
+    recordedAt: '2026-03-01T10:00:00.000Z',
+  },
+});
+
+// Issue 36 on KurrentDB without a server: what the adapter hands the client is encrypted, what it
+// reads back is decrypted, an erased patient's events read as erased and take no new event.
+describe('KurrentDB adapter with the crypto-shredding codec (stubbed client)', () => {
+  it("stores a patient's PHI encrypted, reads it back, and reads it as erased once its key is destroyed", async () => {
+    const keys = await KeyStore.open(FileKeyRecords.open(undefined), LocalKek.random());
+    const codec = shreddingCodec(keys, phiSubjectOf, createsPhiSubject);
+    const log: StoredEvent[] = [];
+    const { store } = stubbedClient(log, codec);
+    const patient = {
+      name: [{ family: 'Quillfeather' }],
+      identifier: [{ system: 'urn:mrn', value: 'KD-4711' }],
+    };
+    await store.append('Patient-1', [resourceEvent('PatientRegistered', 1, patient)], 'no_stream');
+    await store.append(
+      'Encounter-2',
+      [resourceEvent('EncounterRegistered', 2, { status: 'planned', subject: { reference: 'Patient/1' } })],
+      'no_stream',
+    );
+    await store.append(
+      'Practitioner-3',
+      [resourceEvent('PractitionerRegistered', 3, { name: [{ family: 'House' }] })],
+      'no_stream',
+    );
+
+    // The server holds envelopes for the patient's events, the practitioner as it is.
+    expect(log.map((e) => isEncrypted(e.data))).to.deep.equal([true, true, false]);
+    const held = JSON.stringify(log.map((e) => e.data));
+    expect(held).not.to.include('Quillfeather');
+    expect(held).not.to.include('KD-4711');
+    expect(held).to.include('House');
+
+    const [read] = await store.readStream('Patient-1');
+    expect((read!.data as { resource: unknown }).resource).to.deep.equal(patient);
+    expect((await store.readAll()).map((e) => e.erased ?? false)).to.deep.equal([false, false, false]);
+    // Stored bytes (what the chain seals) come back as stored.
+    expect((await store.readAll({ stored: true })).map((e) => isEncrypted(e.data))).to.deep.equal([
+      true,
+      true,
+      false,
+    ]);
+
+    await keys.destroy(1, 'Patient/1');
+    const after = await store.readAll();
+    expect(after.map((e) => [e.streamName, e.erased ?? false])).to.deep.equal([
+      ['Patient-1', true],
+      ['Encounter-2', true],
+      ['Practitioner-3', false],
+    ]);
+    expect(after[0]!.data).to.equal(null);
+    const refused = await store
+      .append(
+        'Encounter-4',
+        [resourceEvent('EncounterRegistered', 4, { status: 'planned', subject: { reference: 'Patient/1' } })],
+        'no_stream',
+      )
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    expect(refused).to.be.instanceOf(SubjectErased);
+    expect(log).to.have.length(3);
   });
 });
