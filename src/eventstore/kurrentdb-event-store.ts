@@ -124,6 +124,11 @@ const toEventData = (event: NewEvent): EventData =>
     metadata: encodeMetadata(event.metadata),
   });
 
+/** Events a subscription decodes with one keyring before it makes a new one. */
+const DECODER_EVENTS = 256;
+/** Longest a subscription's keyring is used, in milliseconds (a key destroyed is seen after at most this). */
+const DECODER_MS = 1000;
+
 /** Our view of a stored event, or undefined for links, system events and non-JSON events. */
 const toRecordedEvent = (
   resolved: KurrentResolvedEvent | KurrentResolvedAllEvent,
@@ -362,12 +367,27 @@ export class KurrentDbEventStore implements EventStore {
       subscription.unsubscribe().catch(() => undefined);
     };
     signal?.addEventListener('abort', stop, { once: true });
+    // One keyring for many events, not one per event (docs/architecture.md "Erasure"), renewed
+    // every DECODER_EVENTS events or DECODER_MS so that a key destroyed meanwhile is seen.
+    let decode: ReturnType<EventCodec['decoder']> | undefined;
+    let decoded = 0;
+    let since = 0;
     try {
       for await (const resolved of subscription) {
         if (signal?.aborted || this.closed) return;
         const event = toRecordedEvent(resolved);
         if (!event || (from && comparePositions(event.position, from) <= 0)) continue;
-        yield this.codec ? (await this.codec.decode([event]))[0]! : event;
+        if (!this.codec) {
+          yield event;
+          continue;
+        }
+        if (!decode || decoded >= DECODER_EVENTS || Date.now() - since > DECODER_MS) {
+          decode = this.codec.decoder();
+          decoded = 0;
+          since = Date.now();
+        }
+        decoded++;
+        yield (await decode([event]))[0]!;
       }
     } catch (error) {
       // Unsubscribing may surface as a cancellation error: that is the requested end.

@@ -316,4 +316,52 @@ describe('KurrentDB adapter with the crypto-shredding codec (stubbed client)', (
     expect(refused).to.be.instanceOf(SubjectErased);
     expect(log).to.have.length(3);
   });
+
+  it('a subscription decrypts what it yields, looking each key up once, not once per event', async () => {
+    const records = FileKeyRecords.open(undefined);
+    let lookups = 0;
+    const keyById = records.keyById.bind(records);
+    records.keyById = (tenant, keyId) => {
+      lookups++;
+      return keyById(tenant, keyId);
+    };
+    const keys = await KeyStore.open(records, LocalKek.random());
+    const log: StoredEvent[] = [];
+    const { store } = stubbedClient(log, shreddingCodec(keys, phiSubjectOf, createsPhiSubject));
+    Object.assign((store as unknown as { client: object }).client, {
+      subscribeToAll: () => {
+        const events = log.map((event) => ({ event }));
+        return Object.assign(
+          (async function* () {
+            yield* events;
+          })(),
+          { unsubscribe: async () => undefined },
+        );
+      },
+    });
+    await store.append(
+      'Patient-1',
+      [resourceEvent('PatientRegistered', 1, { name: [{ family: 'Once' }] })],
+      'no_stream',
+    );
+    for (let i = 0; i < 20; i++)
+      await store.append(
+        `Encounter-${10 + i}`,
+        [
+          resourceEvent('EncounterRegistered', 10 + i, {
+            status: 'planned',
+            subject: { reference: 'Patient/1' },
+          }),
+        ],
+        'no_stream',
+      );
+    const seen: unknown[] = [];
+    for await (const event of store.subscribeToAll()) {
+      seen.push(event.data);
+      if (seen.length === 21) break;
+    }
+    expect((seen[0] as { resource: unknown }).resource).to.deep.equal({ name: [{ family: 'Once' }] });
+    expect(seen.every((d) => !isEncrypted(d))).to.equal(true);
+    expect(lookups).to.equal(1);
+  });
 });

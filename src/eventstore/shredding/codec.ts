@@ -45,7 +45,27 @@ export interface EventCodec {
    * @throws {UndecryptableData} when an envelope does not authenticate (tampered, moved).
    */
   decode<E extends RecordedEvent>(events: readonly E[]): Promise<E[]>;
+  /**
+   * A decode whose calls share one keyring, for a subscription that decodes its events one at a
+   * time: a key is looked up once per decoder, not once per event. The caller makes a new one
+   * often enough (every few hundred events, every second) to see keys destroyed meanwhile.
+   */
+  decoder(): <E extends RecordedEvent>(events: readonly E[]) => Promise<E[]>;
 }
+
+/** `events` with their data decrypted through `keyring` (erased where its key was destroyed). */
+const decodeWith = async <E extends RecordedEvent>(keyring: Keyring, events: readonly E[]): Promise<E[]> => {
+  if (!events.some((e) => isEncrypted(e.data))) return [...events];
+  return Promise.all(
+    events.map(async (event) => {
+      if (!isEncrypted(event.data)) return event;
+      const tenant = event.metadata.tenantId;
+      const key: DataKeyLookup = tenant === null ? undefined : await keyring.byId(tenant, event.data.key);
+      if (key === 'destroyed') return { ...event, data: null, erased: true as const };
+      return { ...event, data: decryptJson(event.data, key, event.id) };
+    }),
+  );
+};
 
 /**
  * The crypto-shredding codec over `keys` (docs/architecture.md "Erasure"). The associated data of
@@ -82,17 +102,11 @@ export const shreddingCodec = (
       }),
     );
   },
-  async decode(events) {
-    if (!events.some((e) => isEncrypted(e.data))) return [...events];
+  decode(events) {
+    return decodeWith(new Keyring(keys), events);
+  },
+  decoder() {
     const keyring = new Keyring(keys);
-    return Promise.all(
-      events.map(async (event) => {
-        if (!isEncrypted(event.data)) return event;
-        const tenant = event.metadata.tenantId;
-        const key: DataKeyLookup = tenant === null ? undefined : await keyring.byId(tenant, event.data.key);
-        if (key === 'destroyed') return { ...event, data: null, erased: true as const };
-        return { ...event, data: decryptJson(event.data, key, event.id) };
-      }),
-    );
+    return (events) => decodeWith(keyring, events);
   },
 });
