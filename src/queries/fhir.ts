@@ -7,6 +7,7 @@
  */
 import type { Sql } from '../db/sql.js';
 import { DomainError } from '../domain/decider.js';
+import { patientErased } from '../domain/erasure/erasure.js';
 import {
   type ChangedData,
   type CreatedData,
@@ -106,16 +107,7 @@ const storedVersions = async (
 ): Promise<StoredVersion[]> => {
   const events = await store.readStream(resourceStream(def.type, id));
   // Erased with its patient: no version is left to show (docs/architecture.md "Erasure").
-  if (events.some((e) => e.erased))
-    throw new DomainError(
-      'gone',
-      'PatientErased',
-      `${def.type}/${id} was erased with its patient`,
-      undefined,
-      {
-        issueCode: 'deleted',
-      },
-    );
+  if (events.some((e) => e.erased)) throw patientErased(`${def.type}/${id}`);
   let created: CreatedData | undefined;
   let target: AccessTarget = { resourceType: def.type, id };
   return events.flatMap((event): StoredVersion[] => {

@@ -12,6 +12,7 @@
  * through the query layer (test/architecture/layers.test.ts holds them to it).
  */
 import type { Sql } from '../db/sql.js';
+import { patientErased } from '../domain/erasure/erasure.js';
 import type { Content, ResourceType } from '../domain/fhir/resource.js';
 import {
   type AccessTarget,
@@ -22,6 +23,7 @@ import {
   targetOfContent,
 } from '../fhir/access.js';
 import {
+  ERASED_VERSION,
   type KeyedRow,
   type ResourceQuery,
   type ResourceRow,
@@ -65,7 +67,8 @@ export const versionTarget = (
  * A resource of the caller's tenant, for the caller: the row (deleted ones too, which the caller
  * answers 410), or undefined when the tenant holds no such resource (another tenant's included).
  * One read by key, as the read model's batched reads by id.
- * @throws {DomainError} 403 `forbidden` when it exists and the caller may not read it.
+ * @throws {DomainError} 403 `forbidden` when it exists and the caller may not read it; 410
+ *   `PatientErased` when it was erased with its patient (docs/architecture.md "Erasure").
  */
 export const readVisible = async (
   sql: Sql,
@@ -74,6 +77,9 @@ export const readVisible = async (
   id: number,
 ): Promise<ResourceRow | undefined> => {
   const row = await readResource(sql, type, id, principal.tenantId);
+  // Erased with its patient: gone for every caller of the tenant, whatever its scopes (the row
+  // names no patient any more, so a scope check could only say "denied").
+  if (row?.versionId === ERASED_VERSION) throw patientErased(`${type}/${id}`);
   if (row) authorize(principal, 'r', targetOf(row));
   return row;
 };

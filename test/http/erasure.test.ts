@@ -70,6 +70,8 @@ for (const database of testDatabases) {
     let other: number;
     let encounters: number[];
     let response: number;
+    /** A Task of the erased patient and the clinician session that opened it. */
+    let erasedTask: { taskId: number; cookie: string };
     /** What the server logged (debug and up), from its start. */
     const logLines: string[] = [];
 
@@ -123,6 +125,7 @@ for (const database of testDatabases) {
         user: 'dr-erase',
       });
       await launchThrough(app, { patient: 'ER-MRN-0002', encounter: 'ER-E3', user: 'dr-erase' });
+      erasedTask = first;
       const task = (await fhir(app, 'GET', `/Task/${first.taskId}`)).body;
       patient = Number(task.for.reference.split('/')[1]);
       encounters = [
@@ -208,6 +211,22 @@ for (const database of testDatabases) {
       expect((await fhir(app, 'GET', `/Patient/${patient}`)).status).to.equal(410);
       for (const e of encounters) expect((await fhir(app, 'GET', `/Encounter/${e}`)).status).to.equal(410);
       expect((await fhir(app, 'GET', `/QuestionnaireResponse/${response}`)).status).to.equal(410);
+      // The clinician's editor of one of its Tasks, opened before: 410, said in a page, no PHI.
+      for (const path of [
+        `/tasks/${erasedTask.taskId}/report`,
+        `/tasks/${erasedTask.taskId}/forms`,
+        `/external/v1?task=Task/${erasedTask.taskId}`,
+      ]) {
+        const page = await fetch(`${app.baseUrl}/app${path}`, {
+          headers: { cookie: erasedTask.cookie },
+          redirect: 'manual',
+        });
+        const html = await page.text();
+        expect(page.status, path).to.equal(410);
+        expect(html, path).to.include('This patient&#39;s record was erased');
+        for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE])
+          expect(html, `${path}: ${phi}`).not.to.include(phi);
+      }
       // docs/interface.md §4.3 rule 17: vread and history 410 too, and a write about the patient.
       expect((await fhir(app, 'GET', `/Patient/${patient}/_history`)).status).to.equal(410);
       expect((await fhir(app, 'GET', `/Patient/${patient}/_history/1`)).status).to.equal(410);

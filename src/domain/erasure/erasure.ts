@@ -37,6 +37,17 @@ export type ErasureCommand = { readonly type: 'ErasePatient'; readonly now: stri
   'at'
 >;
 
+/**
+ * The refusal of a read of a resource erased with its patient (docs/interface.md §4.3 rule 17):
+ * 410 Gone, code `PatientErased`, FHIR issue `deleted`. One for every way in (FHIR reads and
+ * histories, the application host's pages, the SDC operations).
+ * @param reference what was asked for (`Task/12`).
+ */
+export const patientErased = (reference: string): DomainError =>
+  new DomainError('gone', 'PatientErased', `${reference} was erased with its patient`, undefined, {
+    issueCode: 'deleted',
+  });
+
 /** The stream of Patient `patientId`'s erasure (an id: no PHI in a stream name). */
 export const erasureStream = (patientId: number): string => `erasure-Patient-${patientId}`;
 

@@ -30,6 +30,7 @@ export const TITLES_BY_CODE: Record<string, string> = {
   SessionExpired: 'Your session has expired',
   SessionInvalid: 'Your session has ended',
   SessionRequired: 'Your session is not active',
+  PatientErased: "This patient's record was erased",
 };
 
 /** Titles by status, for the other errors ({@link FALLBACK_TITLE} for a status not listed). */
@@ -56,6 +57,8 @@ export const HINTS: Record<string, string> = {
   LauncherNotConfigured: 'Please tell IT support: the launcher needs its configuration.',
   EncounterOfAnotherPatient:
     "Please tell IT support: the clinical system's patient and encounter numbers disagree with casebook's record.",
+  PatientErased:
+    'Nothing of it can be shown or written any more (an erasure by your organisation). Return to your clinical system.',
   DatabaseUnavailable: 'Wait a moment, then reload this page or send the form again.',
   AuditTrailUnavailable: 'Wait a moment, then reload this page or send the form again.',
   HandoverTokenInvalid:
