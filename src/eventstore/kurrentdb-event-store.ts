@@ -65,7 +65,7 @@ import {
   type SubscribeOptions,
   WrongExpectedVersion,
 } from './port.js';
-import type { EventCodec } from './shredding/codec.js';
+import { decodeSome, type EventCodec } from './shredding/codec.js';
 
 const DEFAULT_MAX_COUNT = 1000;
 /** The most events one server read is asked for: a longer read goes on in pages of this size. */
@@ -348,7 +348,8 @@ export class KurrentDbEventStore implements EventStore {
       if (received < asked || last === undefined || (cursor && comparePositions(last, cursor) <= 0)) break;
       cursor = last;
     }
-    return options.stored ? events : this.decode(events);
+    if (options.stored || !this.codec) return events;
+    return decodeSome(this.codec, events, options.decodeTypes);
   }
 
   /**
@@ -377,7 +378,7 @@ export class KurrentDbEventStore implements EventStore {
         if (signal?.aborted || this.closed) return;
         const event = toRecordedEvent(resolved);
         if (!event || (from && comparePositions(event.position, from) <= 0)) continue;
-        if (!this.codec) {
+        if (!this.codec || (options.decodeTypes && !options.decodeTypes(event.type))) {
           yield event;
           continue;
         }

@@ -168,11 +168,25 @@ export interface ReadAllOptions {
    * key changes no leaf.
    */
   readonly stored?: boolean;
+  /** {@link DecodeTypes}. */
+  readonly decodeTypes?: DecodeTypes;
 }
+
+/**
+ * Whose data a reader reads (docs/architecture.md "Erasure"): only events of the types it answers
+ * true for are decoded (decrypted, or read as erased); the others come back with their data as
+ * stored (an envelope where encrypted), their type, stream, position and metadata as ever. For
+ * readers that look at the data of a few types only — the deferred AuditEvent view follows every
+ * event of the log but reads audit records — so that a patient's events cost them no key lookup
+ * and no decryption. Default: every event is decoded.
+ */
+export type DecodeTypes = (type: string) => boolean;
 
 export interface SubscribeOptions {
   /** Deliver events strictly after this position; default: from the start of the log. */
   readonly from?: Position;
+  /** {@link DecodeTypes}. */
+  readonly decodeTypes?: DecodeTypes;
   /** Ends the subscription: the iterator returns. */
   readonly signal?: AbortSignal;
 }

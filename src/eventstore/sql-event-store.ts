@@ -45,7 +45,7 @@ import {
   UnstorableEvent,
   WrongExpectedVersion,
 } from './port.js';
-import type { EventCodec } from './shredding/codec.js';
+import { decodeSome, type EventCodec } from './shredding/codec.js';
 import {
   type AppendHook,
   AppendHookFailure,
@@ -600,7 +600,7 @@ export class SqlEventStore implements TransactionalEventStore {
       params,
     );
     const events = rows.map(toRecordedEvent);
-    return codec && !options.stored ? codec.decode(events) : events;
+    return codec && !options.stored ? decodeSome(codec, events, options.decodeTypes) : events;
   }
 
   /**
@@ -616,7 +616,11 @@ export class SqlEventStore implements TransactionalEventStore {
     this.startListening();
     while (!signal?.aborted && !this.closed) {
       const seen = this.wakeups;
-      const page = await this.readAll({ ...(from ? { from } : {}), maxCount: SUBSCRIPTION_PAGE });
+      const page = await this.readAll({
+        ...(from ? { from } : {}),
+        maxCount: SUBSCRIPTION_PAGE,
+        ...(options.decodeTypes ? { decodeTypes: options.decodeTypes } : {}),
+      });
       for (const event of page) {
         if (signal?.aborted || this.closed) return;
         yield event;

@@ -295,6 +295,13 @@ describe('KurrentDB adapter with the crypto-shredding codec (stubbed client)', (
       false,
     ]);
 
+    // A reader of some types only: the others come back as stored.
+    expect(
+      (await store.readAll({ decodeTypes: (type) => type === 'EncounterRegistered' })).map((e) =>
+        isEncrypted(e.data),
+      ),
+    ).to.deep.equal([true, false, false]);
+
     await keys.destroy(1, 'Patient/1');
     const after = await store.readAll();
     expect(after.map((e) => [e.streamName, e.erased ?? false])).to.deep.equal([

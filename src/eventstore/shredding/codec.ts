@@ -5,7 +5,7 @@
  * whose key was destroyed reads as erased (`data` null, `erased` true), never as an error. Keys
  * are looked up once per batch (a {@link Keyring} per append and per page read), never per event.
  */
-import type { NewEvent, RecordedEvent } from '../port.js';
+import type { DecodeTypes, NewEvent, RecordedEvent } from '../port.js';
 import { DataKeyDestroyed, type DataKeyLookup, decryptJson, encryptJson, isEncrypted } from './envelope.js';
 import { Keyring, type KeyStore } from './key-store.js';
 
@@ -110,3 +110,20 @@ export const shreddingCodec = (
     return (events) => decodeWith(keyring, events);
   },
 });
+
+/**
+ * `events` decoded by `codec` where `decodeTypes` says so (all of them without it), the others as
+ * stored (the port's {@link DecodeTypes}); in their order.
+ */
+export const decodeSome = async <E extends RecordedEvent>(
+  codec: EventCodec,
+  events: readonly E[],
+  decodeTypes: DecodeTypes | undefined,
+): Promise<E[]> => {
+  if (!decodeTypes) return codec.decode(events);
+  const chosen = events.filter((e) => decodeTypes(e.type));
+  if (chosen.length === 0) return [...events];
+  const decoded = await codec.decode(chosen);
+  let next = 0;
+  return events.map((e) => (decodeTypes(e.type) ? decoded[next++]! : e));
+};

@@ -46,6 +46,13 @@ export class DeferredFollower {
 
   constructor(private readonly ctx: RunnerContext) {}
 
+  /**
+   * The events whose data the deferred projections read (the port's `DecodeTypes`): the others —
+   * a patient's resource versions among them — are not decrypted for a view that skips them.
+   */
+  private readonly decodeTypes = (type: string): boolean =>
+    this.ctx.projections.some((p) => this.ctx.deferred.has(p.name) && p.handles(type));
+
   /** Whether this runner follows the log for its deferred projections (it has some; no other thread does). */
   get followsHere(): boolean {
     return this.ctx.deferred.size > 0 && !this.hurryElsewhere;
@@ -132,7 +139,11 @@ export class DeferredFollower {
     for (;;) {
       const from = await this.liveFrom();
       if (from === false) return;
-      const page = await this.ctx.store.readAll({ ...(from ? { from } : {}), maxCount: this.ctx.pageSize });
+      const page = await this.ctx.store.readAll({
+        ...(from ? { from } : {}),
+        maxCount: this.ctx.pageSize,
+        decodeTypes: this.decodeTypes,
+      });
       if (page.length === 0) return;
       if (!(await this.apply(page))) return;
       this.wake$.next();
@@ -171,7 +182,11 @@ export class DeferredFollower {
         signal.addEventListener('abort', stop, { once: true });
         if (signal.aborted) inner.abort();
         try {
-          const events = ctx.store.subscribeToAll({ ...(from ? { from } : {}), signal: inner.signal });
+          const events = ctx.store.subscribeToAll({
+            ...(from ? { from } : {}),
+            signal: inner.signal,
+            decodeTypes: this.decodeTypes,
+          });
           for await (const batch of batches(events, ctx.pageSize, FOLLOW_BATCH_WAIT_MS)) {
             if (!(await this.apply(batch))) {
               this.at.clear();

@@ -109,6 +109,20 @@ for (const database of testDatabases) {
       expect(all.map((e) => isEncrypted(e.data))).to.deep.equal([false, false, false]);
       const stored = await store.readAll({ stored: true });
       expect(stored.map((e) => isEncrypted(e.data))).to.deep.equal([true, true, false]);
+      // A reader of some types only (the deferred AuditEvent view): the others stay as stored.
+      const some = await store.readAll({ decodeTypes: (type) => type === 'EncounterRegistered' });
+      expect(some.map((e) => isEncrypted(e.data))).to.deep.equal([true, false, false]);
+      expect(some.map((e) => e.type)).to.deep.equal(all.map((e) => e.type));
+      const subscription = new AbortController();
+      const followed: boolean[] = [];
+      for await (const event of store.subscribeToAll({
+        signal: subscription.signal,
+        decodeTypes: (type) => type === 'PatientRegistered',
+      })) {
+        followed.push(isEncrypted(event.data));
+        if (followed.length === 3) subscription.abort();
+      }
+      expect(followed).to.deep.equal([false, true, false]);
       const streams = await store.readStreams(['Encounter-5']);
       expect((streams.get('Encounter-5')![0]!.data as { resource: unknown }).resource).to.deep.equal({
         status: 'in-progress',
