@@ -225,13 +225,16 @@ export class KeyStore {
     let record = fresh ? undefined : await this.records.keyBySubject(tenant, hash);
     if (!record) {
       const keyId = newKeyId();
-      const wrapped = await this.#kek.wrap(randomBytes(KEY_BYTES), dataKeyContext(tenant, keyId));
+      const key = randomBytes(KEY_BYTES);
+      const wrapped = await this.#kek.wrap(key, dataKeyContext(tenant, keyId));
       record = await this.records.insertKey(tenant, hash, {
         keyId,
         wrapped,
         kekId: this.#kek.id,
         destroyedAt: null,
       });
+      // The key kept is the one just made: no need to unwrap what is in hand.
+      if (record.keyId === keyId && record.wrapped) return { id: keyId, key };
     }
     return this.#open(tenant, record);
   }
