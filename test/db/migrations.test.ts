@@ -186,7 +186,7 @@ for (const database of testDatabases) {
           const rows = await db.sql.query<{ version: number }>(
             `SELECT version FROM schema_migrations WHERE component = 'eventstore'`,
           );
-          expect(rows.map((r) => r.version)).to.deep.equal([1, 2]);
+          expect(rows.map((r) => r.version)).to.deep.equal([1, 2, 3]);
         } finally {
           await db.dispose();
         }
@@ -211,8 +211,9 @@ for (const database of testDatabases) {
           ]);
         expect(await appliedVersion(old.sql, 'eventstore')).to.equal(0);
         const upgraded = await SqlEventStore.open(old.sql);
-        // Version 1 (the schema of 9e7716e written as a file) and 2 (002_one_append.sql).
-        expect(await appliedVersion(old.sql, 'eventstore')).to.equal(2);
+        // Version 1 (the schema of 9e7716e written as a file), 2 (002_one_append.sql) and 3
+        // (003_append_by_index.sql).
+        expect(await appliedVersion(old.sql, 'eventstore')).to.equal(3);
         await appendEvents(upgraded, 3, EVENTS.length);
 
         const made = await SqlEventStore.open(fresh.sql);

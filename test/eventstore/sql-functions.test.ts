@@ -241,3 +241,40 @@ for (const database of testDatabases) {
     });
   });
 }
+
+// 003_append_by_index.sql: a connection's cached plans, made while the log was small, must not
+// scan the whole log on every later append (appends slowed from 3,500 to 550 events/s as the
+// bench log grew). One connection (its plans cached on an empty log), a log grown by 20,000
+// events, then 20 appends: the table's sequential reads stay far below one scan of it.
+describe('event store SQL function es_append on postgres: lookups by index on a grown log', () => {
+  const postgres = testDatabases.find((d) => d.name === 'postgres');
+  it('reads es_events by index, not by scanning it, whatever plans its connection cached', async function () {
+    if (!postgres) {
+      console.log('    (skipped: the PostgreSQL test database is not configured)');
+      this.skip();
+    }
+    const db = await postgres!.open();
+    try {
+      await SqlEventStore.open(db.sql);
+      const one = await db.reopen(1);
+      const append = (i: number) =>
+        esAppend(one, [{ append: 1, stream: `grown-${i}`, expected: -1, ids: [uuid()] }]);
+      for (let i = 0; i < 10; i++) expect((await append(i)).status).to.deep.equal(['ok']);
+      await db.sql.exec(`INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
+        SELECT gen_random_uuid(), 'bulk-' || g, 0, 'Happened', '{}', '{}' FROM generate_series(1, 20000) g`);
+      // No ANALYZE: it would make the connection plan again (autovacuum's comes much later).
+      for (let i = 10; i < 30; i++) expect((await append(i)).status).to.deep.equal(['ok']);
+      // Its statistics, to shared memory as soon as it is idle (PostgreSQL 15), then read.
+      await one.query(`SELECT pg_stat_force_next_flush()`);
+      await new Promise((r) => setTimeout(r, 300));
+      const [row] = await db.sql.query<{ n: string }>(
+        `SELECT seq_tup_read::text AS n FROM pg_stat_user_tables WHERE relid = 'es_events'::regclass`,
+      );
+      await one.close();
+      const read = Number(row!.n);
+      expect(read).to.be.below(20_000);
+    } finally {
+      await db.dispose();
+    }
+  });
+});
