@@ -5,61 +5,45 @@
  * test holds the Task's next revision in an open transaction). After a restart the report and the
  * Task agree; submitting again completes both.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { v4 as uuid } from 'uuid';
 import { DEMO_QUESTIONNAIRE } from '../../src/commands/seed.js';
-import { PostgresSql } from '../../src/db/sql.js';
-import { POSTGRES_TEST_URL } from '../support/databases.js';
-import { type RunningServer, startServer } from '../support/process.js';
+import type { PostgresSql } from '../../src/db/sql.js';
+import { type ProcessSchema, processSchema, type RunningServer, startServer } from '../support/process.js';
 
 const CLIENT = `Basic ${Buffer.from('crash-ehr:crash-secret-0123456789').toString('base64')}`;
 
 describe('report submission killed halfway (real process, PostgreSQL)', function () {
   this.timeout(120_000);
-  const schema = `k_${randomBytes(5).toString('hex')}`;
-  const url = new URL(POSTGRES_TEST_URL);
-  url.searchParams.set('options', `-c search_path=${schema}`);
   let server: RunningServer | undefined;
+  let db: ProcessSchema;
   let admin: PostgresSql;
+  let schema: string;
   let env: Record<string, string>;
-  let dir: string | undefined;
 
   before(async () => {
-    admin = new PostgresSql(POSTGRES_TEST_URL, { max: 2 });
-    await admin.exec(`CREATE SCHEMA ${schema}`);
-    dir = mkdtempSync(join(tmpdir(), 'casebook-crash-'));
-    const seedFile = join(dir, 'seed.json');
-    writeFileSync(
-      seedFile,
-      JSON.stringify({
-        tenants: [
-          {
-            name: 'Crash Hospital',
-            allowed_scopes: 'user/*.* patient/*.*',
-            clients: [
-              {
-                client_id: 'crash-ehr',
-                client_secret: 'crash-secret-0123456789',
-                scopes: 'system/*.*',
-                projects: ['demo'],
-              },
-            ],
-            questionnaires: [{ project: 'demo', resource: DEMO_QUESTIONNAIRE }],
-          },
-        ],
-      }),
-    );
-    env = { DATABASE_URL: url.toString(), CASEBOOK_SEED: seedFile };
+    db = await processSchema('k', {
+      tenants: [
+        {
+          name: 'Crash Hospital',
+          allowed_scopes: 'user/*.* patient/*.*',
+          clients: [
+            {
+              client_id: 'crash-ehr',
+              client_secret: 'crash-secret-0123456789',
+              scopes: 'system/*.*',
+              projects: ['demo'],
+            },
+          ],
+          questionnaires: [{ project: 'demo', resource: DEMO_QUESTIONNAIRE }],
+        },
+      ],
+    });
+    ({ admin, schema, env } = db);
   });
   after(async () => {
     await server?.kill();
-    await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await admin.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await db?.dispose();
   });
 
   it('leaves the report and the Task in agreement, and a later submit completes both', async () => {

@@ -5,60 +5,51 @@
  * killed (SIGKILL) there. After a restart the key is destroyed (src/commands/erasure.ts
  * `completeErasures`, run at every start): the patient's events read as erased, its reads 410.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import pg from 'pg';
-import { PostgresSql } from '../../src/db/sql.js';
+import type { PostgresSql } from '../../src/db/sql.js';
 import { POSTGRES_TEST_URL } from '../support/databases.js';
-import { type RunningServer, startServer } from '../support/process.js';
+import {
+  eventually,
+  type ProcessSchema,
+  processSchema,
+  type RunningServer,
+  startServer,
+} from '../support/process.js';
 
 const CLIENT = `Basic ${Buffer.from('erase-ehr:erase-secret-0123456789').toString('base64')}`;
 const FAMILY = 'Killhalfway';
 
 describe('an erasure killed halfway (real process, PostgreSQL)', function () {
   this.timeout(120_000);
-  const schema = `k_${randomBytes(5).toString('hex')}`;
-  const keys = `${schema}_keys`;
-  const url = new URL(POSTGRES_TEST_URL);
-  url.searchParams.set('options', `-c search_path=${schema}`);
   let server: RunningServer | undefined;
+  let db: ProcessSchema;
   let admin: PostgresSql;
-  let env: Record<string, string>;
-  let dir: string | undefined;
+  let schema: string;
+  let keys: string;
 
   before(async () => {
-    admin = new PostgresSql(POSTGRES_TEST_URL, { max: 2 });
-    await admin.exec(`CREATE SCHEMA ${schema}`);
-    dir = mkdtempSync(join(tmpdir(), 'casebook-erase-crash-'));
-    const seedFile = join(dir, 'seed.json');
-    writeFileSync(
-      seedFile,
-      JSON.stringify({
-        tenants: [
-          {
-            name: 'Erasure Hospital',
-            allowed_scopes: 'user/*.* patient/*.*',
-            clients: [
-              { client_id: 'erase-ehr', client_secret: 'erase-secret-0123456789', scopes: 'system/*.*' },
-            ],
-          },
-        ],
-      }),
-    );
-    env = { DATABASE_URL: url.toString(), CASEBOOK_SEED: seedFile };
+    db = await processSchema('k', {
+      tenants: [
+        {
+          name: 'Erasure Hospital',
+          allowed_scopes: 'user/*.* patient/*.*',
+          clients: [
+            { client_id: 'erase-ehr', client_secret: 'erase-secret-0123456789', scopes: 'system/*.*' },
+          ],
+        },
+      ],
+    });
+    ({ admin, schema } = db);
+    keys = `${schema}_keys`;
   });
   after(async () => {
     await server?.kill();
-    await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${keys} CASCADE`);
-    await admin.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await db?.dispose();
   });
 
   it('completes at the next start: the key is destroyed, nothing of the patient is readable', async () => {
-    server = await startServer(env);
+    server = await startServer(db.env);
     const base = () => `http://127.0.0.1:${server!.port}/fhir/r5`;
     const created = await fetch(`${base()}/Patient`, {
       method: 'POST',
@@ -91,13 +82,12 @@ describe('an erasure killed halfway (real process, PostgreSQL)', function () {
           parameter: [{ name: 'reason', valueString: 'registered twice' }],
         }),
       }).catch(() => 'no answer');
-      const recorded = async () =>
-        (await admin.query(`SELECT 1 FROM ${schema}.es_events WHERE type = 'PatientErased'`)).length === 1;
-      const deadline = Date.now() + 20_000;
-      while (!(await recorded())) {
-        if (Date.now() > deadline) throw new Error('PatientErased was never recorded');
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await eventually(
+        async () =>
+          (await admin.query(`SELECT 1 FROM ${schema}.es_events WHERE type = 'PatientErased'`)).length,
+        'PatientErased',
+        20_000,
+      );
       await new Promise((r) => setTimeout(r, 200)); // on its way to the key store, and waiting there
       await server.kill();
       expect(await erasing).to.equal('no answer');
@@ -108,7 +98,7 @@ describe('an erasure killed halfway (real process, PostgreSQL)', function () {
     // Cut short: the event is there, the key is not destroyed yet.
     expect(await liveKeys()).to.equal(1);
 
-    server = await startServer(env);
+    server = await startServer(db.env);
     expect(await liveKeys()).to.equal(0);
     const read = await fetch(`${base()}/Patient/${id}`, { headers: { Authorization: CLIENT } });
     expect(read.status).to.equal(410);

@@ -4,64 +4,42 @@
  * decided, or while it is being sent. After a restart it is decided from the log and delivered,
  * numbered 1; a request cut off by the crash carried the same number.
  */
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect } from 'chai';
-import { PostgresSql } from '../../src/db/sql.js';
 import { REPORT_TOPIC_URL } from '../../src/domain/subscription/topics.js';
-import { POSTGRES_TEST_URL } from '../support/databases.js';
-import { type RunningServer, startServer } from '../support/process.js';
+import {
+  eventually,
+  type ProcessSchema,
+  processSchema,
+  type RunningServer,
+  startServer,
+} from '../support/process.js';
 import { receiver } from '../support/subscriptions.js';
 
 const CLIENT = `Basic ${Buffer.from('crash-ehr:crash-secret-0123456789').toString('base64')}`;
 
-const eventually = async <T>(check: () => Promise<T> | T, what: string, timeoutMs = 30_000): Promise<T> => {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-};
-
 describe('a subscription notification across kill -9 (real process, PostgreSQL)', function () {
   this.timeout(120_000);
-  const schema = `ks_${randomBytes(5).toString('hex')}`;
-  const url = new URL(POSTGRES_TEST_URL);
-  url.searchParams.set('options', `-c search_path=${schema}`);
   let server: RunningServer | undefined;
-  let admin: PostgresSql;
+  let db: ProcessSchema;
   let env: Record<string, string>;
-  let dir: string | undefined;
   let hook: Awaited<ReturnType<typeof receiver>>;
 
   before(async () => {
     hook = await receiver();
-    admin = new PostgresSql(POSTGRES_TEST_URL, { max: 2 });
-    await admin.exec(`CREATE SCHEMA ${schema}`);
-    dir = mkdtempSync(join(tmpdir(), 'i37-subs-crash-'));
-    const seedFile = join(dir, 'seed.json');
-    writeFileSync(
-      seedFile,
-      JSON.stringify({
-        tenants: [
-          {
-            name: 'Crash Hospital',
-            allowed_scopes: 'user/*.* patient/*.*',
-            subscription_origins: [hook.origin],
-            clients: [
-              { client_id: 'crash-ehr', client_secret: 'crash-secret-0123456789', scopes: 'system/*.*' },
-            ],
-          },
-        ],
-      }),
-    );
+    db = await processSchema('ks', {
+      tenants: [
+        {
+          name: 'Crash Hospital',
+          allowed_scopes: 'user/*.* patient/*.*',
+          subscription_origins: [hook.origin],
+          clients: [
+            { client_id: 'crash-ehr', client_secret: 'crash-secret-0123456789', scopes: 'system/*.*' },
+          ],
+        },
+      ],
+    });
     env = {
-      DATABASE_URL: url.toString(),
-      CASEBOOK_SEED: seedFile,
+      ...db.env,
       SUBSCRIPTION_POLL_MS: '100',
       SUBSCRIPTION_RETRY_BASE_MS: '100',
       SUBSCRIPTION_RETRY_MAX_MS: '500',
@@ -70,9 +48,7 @@ describe('a subscription notification across kill -9 (real process, PostgreSQL)'
   after(async () => {
     await server?.kill();
     hook?.close();
-    await admin.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await admin.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await db?.dispose();
   });
 
   it('delivers the notification of a report committed just before the crash, after the restart, once', async () => {

@@ -1,9 +1,14 @@
 /** Runs casebook as a real process (npm start / the CLI), as a newcomer would. */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { PostgresSql } from '../../src/db/sql.js';
+import { POSTGRES_TEST_URL } from './databases.js';
 
 const execFileAsync = promisify(execFile);
 export const ROOT = new URL('../../', import.meta.url).pathname;
@@ -128,4 +133,61 @@ export const cli = async (args: string[], env: Record<string, string>): Promise<
 export const script = async (path: string, env: Record<string, string>): Promise<string> => {
   const { stdout } = await execFileAsync('bash', [path], { cwd: ROOT, env: { ...process.env, ...env } });
   return stdout;
+};
+
+/** A schema of the PostgreSQL test server for a real casebook process, seeded from a file. */
+export interface ProcessSchema {
+  readonly schema: string;
+  /** DATABASE_URL on the schema and CASEBOOK_SEED: what `startServer` needs. */
+  readonly env: Record<string, string>;
+  /** A pool on the server (two connections), for the test's own reads and locks. */
+  readonly admin: PostgresSql;
+  /** Drops the schema (and the key store made beside it) and the seed's directory; closes `admin`. */
+  dispose(): Promise<void>;
+}
+
+/**
+ * Makes a schema `<prefix>_<random>` on the PostgreSQL test server and writes `seed` (a seed file's
+ * content, README "Seed file") beside it, for the tests that run and kill real processes
+ * (test/integration/*crash*.test.ts).
+ */
+export const processSchema = async (prefix: string, seed: unknown): Promise<ProcessSchema> => {
+  const schema = `${prefix}_${randomBytes(5).toString('hex')}`;
+  const url = new URL(POSTGRES_TEST_URL);
+  url.searchParams.set('options', `-c search_path=${schema}`);
+  const admin = new PostgresSql(POSTGRES_TEST_URL, { max: 2 });
+  await admin.exec(`CREATE SCHEMA ${schema}`);
+  const dir = mkdtempSync(join(tmpdir(), `casebook-${prefix}-`));
+  const seedFile = join(dir, 'seed.json');
+  writeFileSync(seedFile, JSON.stringify(seed));
+  return {
+    schema,
+    env: { DATABASE_URL: url.toString(), CASEBOOK_SEED: seedFile },
+    admin,
+    async dispose() {
+      await admin.exec(
+        `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP SCHEMA IF EXISTS ${schema}_keys CASCADE`,
+      );
+      await admin.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+};
+
+/**
+ * Polls `check` every 50 ms until it gives a truthy value, which it returns.
+ * @throws {Error} naming `what` after `timeoutMs`.
+ */
+export const eventually = async <T>(
+  check: () => Promise<T> | T,
+  what: string,
+  timeoutMs = 30_000,
+): Promise<T> => {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 };
