@@ -186,7 +186,7 @@ for (const database of testDatabases) {
           const rows = await db.sql.query<{ version: number }>(
             `SELECT version FROM schema_migrations WHERE component = 'eventstore'`,
           );
-          expect(rows.map((r) => r.version)).to.deep.equal([1, 2, 3]);
+          expect(rows.map((r) => r.version)).to.deep.equal([1, 2, 3, 4]);
         } finally {
           await db.dispose();
         }
@@ -211,9 +211,9 @@ for (const database of testDatabases) {
           ]);
         expect(await appliedVersion(old.sql, 'eventstore')).to.equal(0);
         const upgraded = await SqlEventStore.open(old.sql);
-        // Version 1 (the schema of 9e7716e written as a file), 2 (002_one_append.sql) and 3
-        // (003_append_by_index.sql).
-        expect(await appliedVersion(old.sql, 'eventstore')).to.equal(3);
+        // Version 1 (the schema of 9e7716e written as a file), 2 (002_one_append.sql), 3
+        // (003_append_by_index.sql) and 4 (004_plans_and_new_streams.sql).
+        expect(await appliedVersion(old.sql, 'eventstore')).to.equal(4);
         await appendEvents(upgraded, 3, EVENTS.length);
 
         const made = await SqlEventStore.open(fresh.sql);

@@ -1,7 +1,7 @@
 /**
  * Each SQL function of the event store (src/eventstore/sql/*.sql), called directly on both SQL
  * stores (issue 34: "each SQL function has its own test"). Since version 2 there is one: es_append
- * (002_one_append.sql), which answers each append of a call on its own — written, a replay, a
+ * (002_one_append.sql; 004_plans_and_new_streams.sql adds generic plans and a one-statement case for one new stream), which answers each append of a call on its own — written, a replay, a
  * wrong expected version, an id conflict, an unknown live projection, a projection not live —
  * and writes nothing of an append it refuses.
  */
@@ -119,6 +119,47 @@ for (const database of testDatabases) {
       expect(check.positions[0]).to.equal(second.positions[0]);
     });
 
+    it('writes one new stream without calls in one statement, answering as the general path does', async () => {
+      // 004_plans_and_new_streams.sql: one request, expected no stream, no calls (an audit batch).
+      const fast = await esAppend(sql, [{ append: 1, stream: 'fn-n1', expected: -1, ids: [uuid(), uuid()] }]);
+      // The same append through the general path (expected 'any' is not the one-statement case).
+      const general = await esAppend(sql, [
+        { append: 1, stream: 'fn-n2', expected: -2, ids: [uuid(), uuid()] },
+      ]);
+      for (const reply of [fast, general]) {
+        expect([reply.status, reply.detail, reply.outcome, reply.revision]).to.deep.equal([
+          ['ok'],
+          [null],
+          ['write'],
+          ['1'],
+        ]);
+        expect(reply.commits).to.deep.equal([reply.commit]);
+        expect(reply.event_positions).to.have.length(2);
+        expect(Number(reply.event_positions[1])).to.be.greaterThan(Number(reply.event_positions[0]));
+        expect(reply.positions).to.deep.equal([reply.event_positions[1]]);
+        expect(reply.projections).to.equal(null);
+      }
+      expect(Number(general.event_positions[0])).to.be.greaterThan(Number(fast.event_positions[1]));
+      expect(await rowsOf(sql, 'fn-n1')).to.deep.equal([
+        { revision: '0', data: { stream: 'fn-n1', k: 0 } },
+        { revision: '1', data: { stream: 'fn-n1', k: 1 } },
+      ]);
+      expect(await streamRow(sql, 'fn-n1')).to.equal('1');
+      // A name already held: nothing written by the one statement; the general path answers.
+      const taken = await esAppend(sql, [{ append: 1, stream: 'fn-n1', expected: -1, ids: [uuid()] }]);
+      expect([taken.status, taken.detail, taken.revision]).to.deep.equal([['wrong'], ['1'], ['1']]);
+      expect(await rowsOf(sql, 'fn-n1')).to.have.length(2);
+      // Its settings: one plan per statement for the connection's life, looked up by index.
+      const [settings] = await sql.query<{ config: string[] }>(
+        `SELECT proconfig AS config FROM pg_proc WHERE oid = 'es_append'::regproc`,
+      );
+      expect(settings!.config).to.include.members([
+        'jit=off',
+        'enable_seqscan=off',
+        'plan_cache_mode=force_generic_plan',
+      ]);
+    });
+
     it('answers a replay with the stored result and a conflict or a wrong expected state without writing', async () => {
       const id = uuid();
       const first = await esAppend(sql, [{ append: 1, stream: 'fn-b', expected: -1, ids: [id] }]);
@@ -213,6 +254,15 @@ for (const database of testDatabases) {
           ['fn-newer', 'fn-newer'],
         ]);
         expect(await streamRow(sql, 'fn-e1')).to.equal(undefined);
+        // One new stream without calls (the one-statement case) is refused the same way.
+        const one = await esAppend(
+          sql,
+          [{ append: 1, stream: 'fn-e3', expected: -1, ids: [uuid()] }],
+          [],
+          ['fn-live'],
+        );
+        expect([one.status, one.detail]).to.deep.equal([['unknown'], ['fn-newer']]);
+        expect(await streamRow(sql, 'fn-e3')).to.equal(undefined);
       } finally {
         await sql.query(`DELETE FROM projection_state WHERE name LIKE 'fn-%'`);
       }
@@ -236,6 +286,14 @@ for (const database of testDatabases) {
         [[uuid(), uuid()]],
       );
       expect(await codeOf(twice)).to.equal('22023');
+      // The same check before the one-statement case (one new stream, no calls).
+      const fewer = sql.query(
+        `SELECT es_append('{1}', '{fn-f3}', '{-1}', '{2}', $1::uuid[], '{Happened,Happened}', '[{},{}]', '[{"n":1}]',
+           NULL, '{}', '{}', '{}', '[]')`,
+        [[uuid(), uuid()]],
+      );
+      expect(await codeOf(fewer)).to.equal('22023');
+      expect(await streamRow(sql, 'fn-f3')).to.equal(undefined);
       expect(await streamRow(sql, 'fn-f1')).to.equal(undefined);
       expect(await streamRow(sql, 'fn-f2')).to.equal(undefined);
     });
@@ -257,8 +315,17 @@ describe('event store SQL function es_append on postgres: lookups by index on a 
     try {
       await SqlEventStore.open(db.sql);
       const one = await db.reopen(1);
+      // Both paths: one new stream without calls (one statement), and two streams (the general path).
       const append = (i: number) =>
-        esAppend(one, [{ append: 1, stream: `grown-${i}`, expected: -1, ids: [uuid()] }]);
+        esAppend(
+          one,
+          i % 2
+            ? [{ append: 1, stream: `grown-${i}`, expected: -1, ids: [uuid()] }]
+            : [
+                { append: 1, stream: `grown-${i}`, expected: -1, ids: [uuid()] },
+                { append: 1, stream: `grown-${i}-b`, expected: -2, ids: [uuid()] },
+              ],
+        );
       for (let i = 0; i < 10; i++) expect((await append(i)).status).to.deep.equal(['ok']);
       await db.sql.exec(`INSERT INTO es_events (event_id, stream_name, revision, type, data, metadata)
         SELECT gen_random_uuid(), 'bulk-' || g, 0, 'Happened', '{}', '{}' FROM generate_series(1, 20000) g`);
