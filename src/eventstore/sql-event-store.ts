@@ -452,6 +452,14 @@ export class SqlEventStore implements TransactionalEventStore {
     joinsBatch,
   );
 
+  /**
+   * Whole-stream reads of concurrent callers on a shared handle, one query a batch (as the reads of
+   * resources, src/projections/resources.ts): a command's loads are a round trip each otherwise.
+   */
+  private readonly streamReads = new Batcher<readonly string[], Map<string, RecordedEvent[]> | Error>(
+    (batch) => this.readStreamsBatch(batch),
+  );
+
   private constructor(
     private readonly sql: Sql,
     /** Encrypts what holds a patient's PHI, decrypts what is read (docs/architecture.md "Erasure"). */
@@ -534,6 +542,8 @@ export class SqlEventStore implements TransactionalEventStore {
 
   /** Reads a stream forwards from `fromRevision` (default 0n); an absent stream reads as []. */
   async readStream(streamName: string, options: ReadStreamOptions = {}): Promise<RecordedEvent[]> {
+    if (this.sql.shared && !options.fromRevision && options.maxCount === undefined)
+      return (await this.readStreams([streamName])).get(streamName) ?? [];
     const rows = await this.sql.query<EventRow>(
       `SELECT ${EVENT_COLUMNS} FROM es_events
         WHERE stream_name = $1 AND revision >= $2::bigint
@@ -543,17 +553,56 @@ export class SqlEventStore implements TransactionalEventStore {
     return this.decode(rows.map(toRecordedEvent));
   }
 
-  /** Reads several whole streams in one query. */
+  /**
+   * Reads several whole streams in one query; on a shared handle, in one query with the whole-stream
+   * reads of concurrent callers.
+   */
   async readStreams(streamNames: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
-    const result = new Map<string, RecordedEvent[]>(streamNames.map((name) => [name, []]));
-    if (streamNames.length === 0) return result;
+    if (streamNames.length === 0) return new Map();
+    const read = this.sql.shared
+      ? await this.streamReads.submit(streamNames)
+      : (await this.readStreamsBatch([streamNames]))[0]!;
+    if (read instanceof Error) throw read;
+    return read;
+  }
+
+  /**
+   * Each of `batch`'s stream lists read by one query of every name, decoded together (one
+   * {@link EventCodec.decode}: a key several lists need is looked up once). When that decode
+   * throws (an envelope that does not authenticate, a key the key store lacks), each list is
+   * decoded on its own: only the lists holding such an event get its error.
+   * @returns per list, each of its names with its events in revision order ([] when absent), or
+   *   the error its decode threw.
+   */
+  private async readStreamsBatch(
+    batch: readonly (readonly string[])[],
+  ): Promise<(Map<string, RecordedEvent[]> | Error)[]> {
+    const names = [...new Set(batch.flat())];
     const rows = await this.sql.query<EventRow>(
       `SELECT ${EVENT_COLUMNS} FROM es_events WHERE stream_name = ANY($1::text[]) ORDER BY stream_name, revision`,
-      [[...new Set(streamNames)]],
+      [names],
     );
-    for (const event of await this.decode(rows.map(toRecordedEvent)))
-      result.get(event.streamName)?.push(event);
-    return result;
+    const stored = rows.map(toRecordedEvent);
+    const split = (events: readonly RecordedEvent[], list: readonly string[]) => {
+      const byStream = new Map<string, RecordedEvent[]>(list.map((name) => [name, []]));
+      for (const event of events) byStream.get(event.streamName)?.push(event);
+      return byStream;
+    };
+    try {
+      const decoded = await this.decode(stored);
+      return batch.map((list) => split(decoded, list));
+    } catch {
+      return Promise.all(
+        batch.map(async (list) => {
+          const wanted = new Set(list);
+          try {
+            return split(await this.decode(stored.filter((e) => wanted.has(e.streamName))), list);
+          } catch (error) {
+            return error instanceof Error ? error : new Error(String(error));
+          }
+        }),
+      );
+    }
   }
 
   /**

@@ -46,6 +46,12 @@ interface SubjectItem {
   readonly subjectHash: string;
 }
 
+/** A key asked for by its id (a stored event's envelope names it), in a batch of lookups. */
+interface KeyIdItem {
+  readonly tenant: number;
+  readonly keyId: string;
+}
+
 /** A new key to keep, in a batch of inserts (all of a batch under one KEK). */
 interface InsertItem extends SubjectItem {
   readonly record: KeyRecord;
@@ -80,6 +86,7 @@ export class SqlKeyRecords implements KeyRecords {
     // Concurrent requests' lookups and new keys go together, one statement per batch
     // (src/db/batcher.ts): a POST of a new patient does not cost the key store a commit of its own.
     this.#lookups = new Batcher((items) => this.#lookup(items));
+    this.#byId = new Batcher((items) => this.#lookupIds(items));
     this.#inserts = new Batcher(
       (items) => this.#insert(items),
       undefined,
@@ -90,6 +97,7 @@ export class SqlKeyRecords implements KeyRecords {
   }
 
   readonly #lookups: Batcher<SubjectItem, KeyRecord | undefined>;
+  readonly #byId: Batcher<KeyIdItem, KeyRecord | undefined>;
   readonly #inserts: Batcher<InsertItem, KeyRecord | undefined>;
 
   /** The keys of `items` (undefined: none), in one statement. */
@@ -101,6 +109,21 @@ export class SqlKeyRecords implements KeyRecords {
          CROSS JOIN LATERAL (SELECT * FROM ${this.#t.keys}
                               WHERE tenant_id = w.tenant_id AND subject_hash = w.subject_hash) k`,
       [items.map((i) => i.tenant), items.map((i) => i.subjectHash)],
+    );
+    const found: (KeyRecord | undefined)[] = items.map(() => undefined);
+    for (const row of rows) found[Number(row.i) - 1] = keyRecord(row);
+    return found;
+  }
+
+  /** The keys of `items` by id (undefined: none in that tenant), in one statement. */
+  async #lookupIds(items: readonly KeyIdItem[]): Promise<(KeyRecord | undefined)[]> {
+    const rows = await this.sql.query<KeyRow & { i: string }>(
+      `SELECT w.i::text AS i, k.key_id, k.wrapped, k.kek_id, k.destroyed_at
+         FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS w(tenant_id, key_id, i)
+         -- LATERAL: one probe of the key id's unique index per item.
+         CROSS JOIN LATERAL (SELECT * FROM ${this.#t.keys}
+                              WHERE key_id = w.key_id AND tenant_id = w.tenant_id) k`,
+      [items.map((i) => i.tenant), items.map((i) => i.keyId)],
     );
     const found: (KeyRecord | undefined)[] = items.map(() => undefined);
     for (const row of rows) found[Number(row.i) - 1] = keyRecord(row);
@@ -205,12 +228,9 @@ export class SqlKeyRecords implements KeyRecords {
     return this.#lookups.submit({ tenant, subjectHash });
   }
 
-  async keyById(tenant: number, keyId: string): Promise<KeyRecord | undefined> {
-    const [row] = await this.sql.query<KeyRow>(
-      `SELECT key_id, wrapped, kek_id, destroyed_at FROM ${this.#t.keys} WHERE key_id = $1 AND tenant_id = $2`,
-      [keyId, tenant],
-    );
-    return row ? keyRecord(row) : undefined;
+  /** Concurrent callers' lookups go in one statement (src/db/batcher.ts), as {@link keyBySubject}'s. */
+  keyById(tenant: number, keyId: string): Promise<KeyRecord | undefined> {
+    return this.#byId.submit({ tenant, keyId });
   }
 
   async insertKey(tenant: number, subjectHash: string, record: KeyRecord): Promise<KeyRecord> {

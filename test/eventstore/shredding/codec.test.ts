@@ -181,5 +181,57 @@ for (const database of testDatabases) {
       }
       expect(error).to.be.instanceOf(UndecryptableData);
     });
+
+    it("reads concurrent callers' streams together, each caller its own streams, and a bad envelope fails only its readers", async () => {
+      const { sql, keys, store: writer } = await open();
+      for (const id of [1, 2, 3, 4])
+        await writer.append(`Patient-${id}`, [registered(id, `Family${id}`, `MRN-80${id}`)], 'no_stream');
+      await writer.append('Practitioner-9', [practitioner(9, 'House')], 'no_stream');
+      // Patient-4's envelope moved onto Patient-3's event: Patient-3 no longer decrypts.
+      await sql.query(
+        `UPDATE es_events SET data = (SELECT data FROM es_events WHERE stream_name = 'Patient-4')
+          WHERE stream_name = 'Patient-3'`,
+      );
+      const settle = <T>(read: Promise<T>) =>
+        read.then(
+          (value) => ({ value }),
+          (error: unknown) => ({ error }),
+        );
+      const familyOf = (events: readonly { data: unknown }[]) =>
+        events.map((e) => (e.data as { resource: { name: { family: string }[] } }).resource.name[0]!.family);
+      // Started in one turn: on a shared handle the whole-stream reads go in one batch (after the
+      // first, which goes alone); the read from a revision on its own.
+      let reads = 0;
+      const counted = new Proxy(sql, {
+        get(target, property, receiver) {
+          if (property !== 'query') return Reflect.get(target, property, receiver);
+          return (text: string, params?: readonly unknown[]) => {
+            if (text.includes('FROM es_events')) reads++;
+            return target.query(text, params);
+          };
+        },
+      });
+      const store = await SqlEventStore.open(counted, { codec: shreddingCodec(keys, phiSubjectOf) });
+      const [one, both, bad, absent, fromTwo] = await Promise.all([
+        settle(store.readStream('Patient-1')),
+        settle(store.readStreams(['Patient-2', 'Practitioner-9', 'Patient-1'])),
+        settle(store.readStreams(['Patient-3', 'Patient-1'])),
+        settle(store.readStream('Patient-77')),
+        settle(store.readStream('Patient-2', { fromRevision: 1n })),
+      ]);
+      expect(familyOf((one as { value: { data: unknown }[] }).value)).to.deep.equal(['Family1']);
+      const read = (both as { value: Map<string, { data: unknown }[]> }).value;
+      expect([...read.keys()]).to.deep.equal(['Patient-2', 'Practitioner-9', 'Patient-1']);
+      expect(familyOf(read.get('Patient-2')!)).to.deep.equal(['Family2']);
+      expect(familyOf(read.get('Practitioner-9')!)).to.deep.equal(['House']);
+      expect(familyOf(read.get('Patient-1')!)).to.deep.equal(['Family1']);
+      // The same stream read by two callers: each its own array.
+      expect(read.get('Patient-1')).to.not.equal((one as { value: unknown }).value);
+      expect((bad as { error: unknown }).error).to.be.instanceOf(UndecryptableData);
+      expect((absent as { value: unknown[] }).value).to.deep.equal([]);
+      expect((fromTwo as { value: unknown[] }).value).to.deep.equal([]);
+      expect(reads).to.equal(3);
+      await store.close();
+    });
   });
 }

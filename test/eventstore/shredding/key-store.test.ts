@@ -332,6 +332,43 @@ describe('key store: SQL specifics', function () {
   });
 
   for (const database of testDatabases)
+    it(`looks concurrent callers' keys up by id in one statement, each its own key, on ${database.name}`, async () => {
+      const opened = await database.open();
+      const schema = `k_${randomBytes(5).toString('hex')}`;
+      cleanups.push(async () => {
+        await opened.sql.exec(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await opened.dispose();
+      });
+      // The records' statements, counted.
+      let statements = 0;
+      const counted = new Proxy(opened.sql, {
+        get(target, property, receiver) {
+          if (property !== 'query') return Reflect.get(target, property, receiver);
+          return (text: string, params?: readonly unknown[]) => {
+            statements++;
+            return target.query(text, params);
+          };
+        },
+      });
+      const records = await SqlKeyRecords.open(counted, { schema });
+      const store = await KeyStore.open(records, LocalKek.random());
+      const made = await Promise.all(
+        Array.from({ length: 12 }, (_, i) => store.getOrCreate(1 + (i % 2), `Patient/${i}`)),
+      );
+      statements = 0;
+      const found = await Promise.all([
+        ...made.map((key, i) => records.keyById(1 + (i % 2), key.id)),
+        records.keyById(1, 'no-such-key'),
+        // Another tenant's key id is not found.
+        records.keyById(2, made[0]!.id),
+      ]);
+      expect(found.slice(0, 12).map((r) => r?.keyId)).to.deep.equal(made.map((k) => k.id));
+      expect(found.slice(12)).to.deep.equal([undefined, undefined]);
+      // The first lookup goes alone; the others wait for it and go together.
+      expect(statements).to.equal(2);
+    });
+
+  for (const database of testDatabases)
     it(`puts its tables in its own schema, whatever the search path, on ${database.name}`, async () => {
       const opened = await database.open();
       const schema = `k_${randomBytes(5).toString('hex')}`;
