@@ -227,6 +227,25 @@ for (const database of testDatabases) {
         for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE])
           expect(html, `${path}: ${phi}`).not.to.include(phi);
       }
+      // The same session (a patient-scoped one, of the erased patient) on the FHIR server: 410
+      // whatever its scopes (docs/interface.md §4.3 rule 17), never its 403 or the data.
+      const fhirBase = app.casebook.config.fhirUrl
+        .replace('//localhost:', '//127.0.0.1:')
+        .replace(/\/+$/, '');
+      for (const path of [
+        `/Patient/${patient}`,
+        `/Encounter/${encounters[0]}`,
+        `/QuestionnaireResponse/${response}`,
+      ]) {
+        const read = await fetch(`${fhirBase}${path}`, {
+          headers: { cookie: erasedTask.cookie, accept: 'application/fhir+json' },
+        });
+        const text = await read.text();
+        expect(read.status, `session ${path}`).to.equal(410);
+        expect(JSON.parse(text).resourceType, path).to.equal('OperationOutcome');
+        for (const phi of [FAMILY, 'ER-MRN-4711', BIRTH_DATE])
+          expect(text, `${path}: ${phi}`).not.to.include(phi);
+      }
       // docs/interface.md §4.3 rule 17: vread and history 410 too, and a write about the patient.
       expect((await fhir(app, 'GET', `/Patient/${patient}/_history`)).status).to.equal(410);
       expect((await fhir(app, 'GET', `/Patient/${patient}/_history/1`)).status).to.equal(410);
