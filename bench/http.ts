@@ -398,7 +398,7 @@ const printTable = () => {
         ? ''
         : fmt(r.pairedAudited)
       : fmt(r.pairedRaw),
-    r.ratio ? (r.ratio.target >= 1 ? `≥ ×${r.ratio.target}` : `≥ ${r.ratio.target * 100} %`) : '',
+    r.ratio ? (r.ratio.target >= 1 ? `≥ ×${r.ratio.target}` : `≥ ${Math.round(r.ratio.target * 100)} %`) : '',
     r.ratio ? (r.ratio.value >= r.ratio.target ? 'pass' : 'MISS') : '',
     fmt(r.measured.cpuPerRequest, 2),
     fmt(r.measured.machinePerRequest, 2),

@@ -14,7 +14,8 @@
  * a key the key store does not hold ({@link DataKeyUnknown}) and bytes that do not authenticate
  * (tampered, another place, another key: {@link UndecryptableData}).
  */
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv } from 'node:crypto';
+import { nonSecretRandomBytes } from '../../domain/ids.js';
 
 /** A data key in the clear: its id (what envelopes name) and its 32 bytes. */
 export interface DataKey {
@@ -94,7 +95,7 @@ export const isEncrypted = (value: unknown): value is Encrypted => {
 export const encryptJson = (value: unknown, dataKey: DataKey, aad: string): Encrypted => {
   const text = JSON.stringify(value) as string | undefined;
   if (text === undefined) throw new TypeError('only a JSON value can be encrypted');
-  const iv = randomBytes(IV_BYTES);
+  const iv = nonSecretRandomBytes(IV_BYTES);
   const cipher = createCipheriv('aes-256-gcm', dataKey.key, iv);
   cipher.setAAD(associatedData(dataKey.id, aad));
   const ct = Buffer.concat([cipher.update(text, 'utf8'), cipher.final()]);

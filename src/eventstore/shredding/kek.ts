@@ -10,6 +10,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { nonSecretRandomBytes } from '../../domain/ids.js';
 import { createFileExclusive, writeFileAtomic } from './durable-file.js';
 
 /** Bytes of a KEK and of every key it wraps (AES-256). */
@@ -75,7 +76,7 @@ export class LocalKek implements KeyEncryptionKey {
     return new LocalKek(randomBytes(KEY_BYTES));
   }
   async wrap(key: Buffer, context: string): Promise<Buffer> {
-    const iv = randomBytes(IV_BYTES);
+    const iv = nonSecretRandomBytes(IV_BYTES);
     const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
     cipher.setAAD(Buffer.from(context, 'utf8'));
     const ct = Buffer.concat([cipher.update(key), cipher.final()]);

@@ -11,6 +11,7 @@
  * for the embedded default (src/eventstore/shredding/file-key-store.ts).
  */
 import { createHmac, randomBytes } from 'node:crypto';
+import { nonSecretRandomBytes } from '../../domain/ids.js';
 import { type DataKey, DataKeyDestroyed, type DataKeyLookup } from './envelope.js';
 import { KEY_BYTES, type KeyEncryptionKey, WrongKek } from './kek.js';
 
@@ -108,7 +109,7 @@ export const notUnderOldKek = (where: string, recorded: string | undefined, oldK
   );
 
 /** A new data key id: 16 random bytes, base64url (22 characters). Names no subject. */
-const newKeyId = (): string => randomBytes(16).toString('base64url');
+const newKeyId = (): string => nonSecretRandomBytes(16).toString('base64url');
 
 /** What {@link KeyStore.destroy} did. */
 export interface KeyDestruction {
