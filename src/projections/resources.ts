@@ -326,13 +326,10 @@ const READ_COLUMNS = `resource_type, id, tenant_id, version_id, content::text AS
 /** One resource by key. */
 const READ_ONE = `SELECT ${READ_COLUMNS} FROM rm_resources WHERE resource_type = $1 AND id = $2 AND tenant_id = $3`;
 /**
- * Several resources by key, each row with the 1-based place `n` of its key. LATERAL with LIMIT 1
- * keeps one primary-key lookup per key: as a plain join, the planner (which counts `unnest` as 100
- * rows) may hash the whole table.
+ * Several resources by key, each row with the 1-based place `n` of its key: one primary-key lookup
+ * per key, in a function that plans once per connection (sql/resources/003_batched_reads.sql).
  */
-const READ_MANY = `SELECT k.n::int AS n, r.* FROM unnest($1::text[], $2::int[], $3::int[]) WITH ORDINALITY AS k(t, i, tn, n)
-  CROSS JOIN LATERAL (SELECT ${READ_COLUMNS} FROM rm_resources
-                       WHERE resource_type = k.t AND id = k.i AND tenant_id = k.tn LIMIT 1) r`;
+const READ_MANY = `SELECT * FROM rm_resources_read_keys($1::text[], $2::int[], $3::int[])`;
 /** Most reads one statement carries. */
 const READ_BATCH_MAX = 100;
 
@@ -552,15 +549,11 @@ interface IdentifierSearch {
 /**
  * Several searches by identifier, each row with the 1-based place `n` of its search: per search,
  * the same rows in the same order as {@link searchResources} gives it alone (live resources of the
- * type in the tenant holding that identifier, by id, at most `limit`).
+ * type in the tenant holding that identifier, by id, at most `limit`); a function that plans once
+ * per connection (sql/resources/003_batched_reads.sql).
  */
-const SEARCH_IDENTIFIERS = `SELECT k.n::int AS n, r.*, r.id::text AS sort_key
-  FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[]) WITH ORDINALITY AS k(t, tn, s, v, lim, n)
-  CROSS JOIN LATERAL (SELECT r.* FROM rm_resources r
-    WHERE r.resource_type = k.t AND r.tenant_id = k.tn AND NOT r.deleted
-      AND EXISTS (SELECT 1 FROM rm_resource_identifiers i WHERE i.resource_type = r.resource_type
-                    AND i.tenant_id = r.tenant_id AND i.id = r.id AND i.system = k.s AND i.value = k.v)
-    ORDER BY r.id ASC LIMIT k.lim) r`;
+const SEARCH_IDENTIFIERS = `SELECT * FROM rm_resources_search_identifiers($1::text[], $2::int[], $3::text[],
+  $4::text[], $5::int[])`;
 
 /** The search as an {@link IdentifierSearch}, when it has exactly that shape. */
 const identifierSearch = (

@@ -19,7 +19,9 @@ import { recordingSql } from '../support/sql.js';
 
 const logger = pino({ level: 'silent' });
 const NOW = '2026-03-01T10:00:00.000Z';
-const isBatch = (text: string) => text.includes('unnest(');
+/** A batch: the functions of src/projections/sql/resources/003_batched_reads.sql. */
+const isBatch = (text: string) =>
+  text.includes('rm_resources_read_keys(') || text.includes('rm_resources_search_identifiers(');
 const isRead = (text: string) => text.includes('FROM rm_resources');
 
 for (const db of testDatabases) {
@@ -105,6 +107,16 @@ for (const db of testDatabases) {
       // The first read goes at once, alone; the nine asked meanwhile go together in one statement.
       expect(statements.filter(isRead)).to.have.length(2);
       expect(statements.filter(isBatch)).to.have.length(1);
+      // Its function keeps one plan per connection, as the search's (003_batched_reads.sql).
+      const settings = await sql.query<{ name: string; config: string[] }>(
+        `SELECT proname AS name, proconfig AS config FROM pg_proc
+          WHERE proname IN ('rm_resources_read_keys', 'rm_resources_search_identifiers')
+            AND pronamespace = current_schema()::regnamespace ORDER BY 1`,
+      );
+      expect(settings.map((p) => [p.name, p.config])).to.deep.equal([
+        ['rm_resources_read_keys', ['plan_cache_mode=force_generic_plan']],
+        ['rm_resources_search_identifiers', ['plan_cache_mode=force_generic_plan']],
+      ]);
     });
 
     it('sends the reads of a transaction on their own', async () => {
@@ -227,7 +239,10 @@ for (const db of testDatabases) {
         asked.map(({ tenantId, query }) => searchResources(shared, 'Patient', tenantId, query)),
       );
       expect(together.map(found)).to.deep.equal(alone);
-      const searches = statements.filter((text) => text.includes('rm_resource_identifiers'));
+      const searches = statements.filter(
+        (text) =>
+          text.includes('rm_resource_identifiers') || text.includes('rm_resources_search_identifiers('),
+      );
       // The first search goes at once, alone; the six asked meanwhile go together.
       expect(searches).to.have.length(2);
       expect(searches.filter(isBatch)).to.have.length(1);
