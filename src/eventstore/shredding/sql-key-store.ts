@@ -85,8 +85,18 @@ export class SqlKeyRecords implements KeyRecords {
     this.where = `schema ${schema}`;
     // Concurrent requests' lookups and new keys go together, one statement per batch
     // (src/db/batcher.ts): a POST of a new patient does not cost the key store a commit of its own.
-    this.#lookups = new Batcher((items) => this.#lookup(items));
-    this.#byId = new Batcher((items) => this.#lookupIds(items));
+    this.#lookups = new Batcher((items) =>
+      this.#lookup(
+        'subject_hash',
+        items.map((i) => ({ tenant: i.tenant, value: i.subjectHash })),
+      ),
+    );
+    this.#byId = new Batcher((items) =>
+      this.#lookup(
+        'key_id',
+        items.map((i) => ({ tenant: i.tenant, value: i.keyId })),
+      ),
+    );
     this.#inserts = new Batcher(
       (items) => this.#insert(items),
       undefined,
@@ -100,30 +110,21 @@ export class SqlKeyRecords implements KeyRecords {
   readonly #byId: Batcher<KeyIdItem, KeyRecord | undefined>;
   readonly #inserts: Batcher<InsertItem, KeyRecord | undefined>;
 
-  /** The keys of `items` (undefined: none), in one statement. */
-  async #lookup(items: readonly SubjectItem[]): Promise<(KeyRecord | undefined)[]> {
+  /**
+   * The keys of `items` (undefined: none in that tenant), found by `column` (the subject's hash, or
+   * the key id: each unique in a tenant), in one statement. LATERAL: one index probe per item,
+   * whatever the planner thinks of unnest's rows.
+   */
+  async #lookup(
+    column: 'subject_hash' | 'key_id',
+    items: readonly { readonly tenant: number; readonly value: string }[],
+  ): Promise<(KeyRecord | undefined)[]> {
     const rows = await this.sql.query<KeyRow & { i: string }>(
       `SELECT w.i::text AS i, k.key_id, k.wrapped, k.kek_id, k.destroyed_at
-         FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS w(tenant_id, subject_hash, i)
-         -- LATERAL: one primary-key probe per subject, whatever the planner thinks of unnest's rows.
+         FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS w(tenant_id, value, i)
          CROSS JOIN LATERAL (SELECT * FROM ${this.#t.keys}
-                              WHERE tenant_id = w.tenant_id AND subject_hash = w.subject_hash) k`,
-      [items.map((i) => i.tenant), items.map((i) => i.subjectHash)],
-    );
-    const found: (KeyRecord | undefined)[] = items.map(() => undefined);
-    for (const row of rows) found[Number(row.i) - 1] = keyRecord(row);
-    return found;
-  }
-
-  /** The keys of `items` by id (undefined: none in that tenant), in one statement. */
-  async #lookupIds(items: readonly KeyIdItem[]): Promise<(KeyRecord | undefined)[]> {
-    const rows = await this.sql.query<KeyRow & { i: string }>(
-      `SELECT w.i::text AS i, k.key_id, k.wrapped, k.kek_id, k.destroyed_at
-         FROM unnest($1::int[], $2::text[]) WITH ORDINALITY AS w(tenant_id, key_id, i)
-         -- LATERAL: one probe of the key id's unique index per item.
-         CROSS JOIN LATERAL (SELECT * FROM ${this.#t.keys}
-                              WHERE key_id = w.key_id AND tenant_id = w.tenant_id) k`,
-      [items.map((i) => i.tenant), items.map((i) => i.keyId)],
+                              WHERE tenant_id = w.tenant_id AND ${column} = w.value) k`,
+      [items.map((i) => i.tenant), items.map((i) => i.value)],
     );
     const found: (KeyRecord | undefined)[] = items.map(() => undefined);
     for (const row of rows) found[Number(row.i) - 1] = keyRecord(row);
