@@ -9,8 +9,8 @@ import { v7 } from 'uuid';
 /**
  * Random bits for {@link newId} and {@link nonSecretRandomBytes}, refilled 4 KiB at a time from
  * the OS's CSPRNG: uuid's own source asks for 16 bytes per identifier, about 3 % of the serving
- * thread under a load of audited reads, and a `crypto.randomBytes` call of a few bytes cost ~20 µs
- * on this machine's OpenSSL (docs/performance.md "Ids: UUIDv7 from a random pool"). Each byte is
+ * thread under a load of audited reads, and a `crypto.randomBytes` call of a few bytes 4–7 µs
+ * on this machine's OpenSSL, 0.1–0.3 µs from the pool (docs/performance.md "Ids: UUIDv7 from a random pool"). Each byte is
  * handed out once.
  */
 const pool = new Uint8Array(4096);

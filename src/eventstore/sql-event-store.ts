@@ -583,20 +583,27 @@ export class SqlEventStore implements TransactionalEventStore {
       [names],
     );
     const stored = rows.map(toRecordedEvent);
-    const split = (events: readonly RecordedEvent[], list: readonly string[]) => {
-      const byStream = new Map<string, RecordedEvent[]>(list.map((name) => [name, []]));
-      for (const event of events) byStream.get(event.streamName)?.push(event);
-      return byStream;
+    const byStream = (events: readonly RecordedEvent[]) => {
+      const grouped = new Map<string, RecordedEvent[]>();
+      for (const event of events) {
+        const read = grouped.get(event.streamName);
+        if (read) read.push(event);
+        else grouped.set(event.streamName, [event]);
+      }
+      return grouped;
     };
+    // Each list gets arrays of its own (two lists may name one stream).
+    const pick = (grouped: Map<string, RecordedEvent[]>, list: readonly string[]) =>
+      new Map(list.map((name) => [name, [...(grouped.get(name) ?? [])]]));
     try {
-      const decoded = await this.decode(stored);
-      return batch.map((list) => split(decoded, list));
+      const grouped = byStream(await this.decode(stored));
+      return batch.map((list) => pick(grouped, list));
     } catch {
       return Promise.all(
         batch.map(async (list) => {
           const wanted = new Set(list);
           try {
-            return split(await this.decode(stored.filter((e) => wanted.has(e.streamName))), list);
+            return pick(byStream(await this.decode(stored.filter((e) => wanted.has(e.streamName)))), list);
           } catch (error) {
             return error instanceof Error ? error : new Error(String(error));
           }
