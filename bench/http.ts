@@ -33,6 +33,11 @@ const POSTGRES_URL =
   'postgres://postgres@127.0.0.1:5432/test';
 const SECONDS = Number(process.env.BENCH_DURATION ?? 10);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
+/**
+ * How many times each ratio is measured (default 1): its row then shows the round with the median
+ * ratio and the spread of all rounds, as this machine's speed moves within minutes.
+ */
+const ROUNDS = Math.max(1, Math.floor(Number(process.env.BENCH_ROUNDS ?? 1)) || 1);
 const CONNECTIONS = 20;
 /** Patients created before the reads, each with its own identifier. */
 const PRELOADED = 500;
@@ -80,7 +85,24 @@ interface Row {
   readonly pairedRaw?: number;
   /** The audited GET's RPS in the runs just before and after a not-audited one (their mean). */
   readonly pairedAudited?: number;
+  /** The lowest and highest ratio over BENCH_ROUNDS rounds (the row shows the median round). */
+  readonly spread?: { low: number; high: number };
 }
+
+/**
+ * Runs `round` ROUNDS times and keeps the round whose ratio is the median (the lower middle one
+ * for an even count), with the spread of all of them.
+ */
+const medianRound = async <T extends { ratio: number }>(
+  round: () => Promise<T>,
+): Promise<T & { spread?: { low: number; high: number } }> => {
+  const results: T[] = [];
+  for (let i = 0; i < ROUNDS; i++) results.push(await round());
+  const sorted = [...results].sort((a, b) => a.ratio - b.ratio);
+  const median = sorted[Math.floor((sorted.length - 1) / 2)] as T;
+  if (ROUNDS === 1) return median;
+  return { ...median, spread: { low: sorted[0]!.ratio, high: sorted.at(-1)!.ratio } };
+};
 
 const rows: Row[] = [];
 
@@ -251,7 +273,10 @@ const benchCasebook = async (
     ): Promise<Measured> => {
       const rawShape = rawRequest === 'INSERT' ? raw.insert : raw.select;
       const against = `${raw.label} ${rawRequest}`;
-      const { measured, rawRps } = await paired(raw, rawShape, child.pid, () => run(base, shape, child.pid));
+      const { measured, rawRps, spread } = await medianRound(async () => {
+        const round = await paired(raw, rawShape, child.pid, () => run(base, shape, child.pid));
+        return { ...round, ratio: round.measured.rps / round.rawRps };
+      });
       rows.push({
         system,
         request,
@@ -259,6 +284,7 @@ const benchCasebook = async (
         measured,
         ratio: { value: measured.rps / rawRps, against, target },
         pairedRaw: rawRps,
+        ...(spread ? { spread } : {}),
       });
       return measured;
     };
@@ -339,14 +365,17 @@ const benchUnaudited = async (
     next: () => ({ path: `/fhir/r5/Patient/${pick(ids)}` }),
   };
   try {
-    // Each run waits for the other server to be idle too (its sealing and AuditEvent indexing).
-    await waitIdle(child.pid);
-    const before = await run(audited.base, read, audited.pid);
-    await waitIdle(audited.pid);
-    const measured = await run(base, read, child.pid);
-    await waitIdle(child.pid);
-    const after = await run(audited.base, read, audited.pid);
-    const auditedRps = (before.rps + after.rps) / 2;
+    const { measured, auditedRps, spread } = await medianRound(async () => {
+      // Each run waits for the other server to be idle too (its sealing and AuditEvent indexing).
+      await waitIdle(child.pid);
+      const before = await run(audited.base, read, audited.pid);
+      await waitIdle(audited.pid);
+      const measured = await run(base, read, child.pid);
+      await waitIdle(child.pid);
+      const after = await run(audited.base, read, audited.pid);
+      const auditedRps = (before.rps + after.rps) / 2;
+      return { measured, auditedRps, ratio: auditedRps / measured.rps };
+    });
     rows.push({
       system: 'casebook-postgres',
       request: 'GET /Patient/{id}, AUDIT_READS=false',
@@ -354,6 +383,7 @@ const benchUnaudited = async (
       measured,
       ratio: { value: auditedRps / measured.rps, against: 'audited ÷ not audited', target: TARGETS.audited },
       pairedAudited: auditedRps,
+      ...(spread ? { spread } : {}),
     });
   } finally {
     await child.stop();
@@ -375,6 +405,7 @@ const printTable = () => {
     'p99 ms',
     'failed',
     'ratio',
+    ...(ROUNDS > 1 ? [`${ROUNDS} rounds`] : []),
     'of',
     'paired RPS',
     'target',
@@ -392,6 +423,7 @@ const printTable = () => {
     fmt(r.measured.p99, 1),
     fmt(r.measured.failures),
     r.ratio ? (r.ratio.target >= 1 ? `×${fmt(r.ratio.value, 1)}` : `${fmt(r.ratio.value * 100)} %`) : '',
+    ...(ROUNDS > 1 ? [r.spread ? `${fmt(r.spread.low * 100)}–${fmt(r.spread.high * 100)} %` : ''] : []),
     r.ratio?.against ?? '',
     r.pairedRaw === undefined
       ? r.pairedAudited === undefined
@@ -413,7 +445,7 @@ const printTable = () => {
 
 const main = async () => {
   console.log(
-    `bench:http — ${SECONDS} s per run after ${WARMUP} s warm-up, ${CONNECTIONS} connections; load average at start ${loadavg()
+    `bench:http — ${SECONDS} s per run after ${WARMUP} s warm-up, ${CONNECTIONS} connections, ${ROUNDS} round${ROUNDS > 1 ? 's' : ''} per ratio; load average at start ${loadavg()
       .map((l) => l.toFixed(1))
       .join(' ')}`,
   );
